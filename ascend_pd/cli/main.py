@@ -1,0 +1,29 @@
+"""Entry point of the `ascend-pd` console script."""
+
+from __future__ import annotations
+
+import click
+
+from ascend_pd import __version__
+from ascend_pd.cli.lazy import LazyGroup
+
+# name -> "module:command". Each command lives in its own module and is imported only when it runs.
+COMMANDS = {
+    "validate": "ascend_pd.cli.validate:validate_cmd",
+    "clusters": "ascend_pd.cli.catalog:clusters_cmd",
+    "models": "ascend_pd.cli.catalog:models_cmd",
+    "show": "ascend_pd.cli.catalog:show_cmd",
+}
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ascend-pd")
+def cli() -> None:
+    """Plan, check, render and serve prefill/decode disaggregated vLLM deployments on Ascend NPUs.
+
+    Shell completion (bash): eval "$(_ASCEND_PD_COMPLETE=bash_source ascend-pd)"
+    """
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,8 @@
+"""Validation rules, one module per concern; each rule yields Diagnostics for one code."""
+
+from __future__ import annotations
+
+from ascend_pd.deploy.rules.base import RULES, Context, rule
+from ascend_pd.deploy.rules import connector, model_fit, placement, ports, roles  # noqa: F401  (registers rules)
+
+__all__ = ["RULES", "Context", "rule"]

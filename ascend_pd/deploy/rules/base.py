@@ -1,0 +1,56 @@
+"""The rule registry and the context every rule reads: the deployment, its cluster, its model, line numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from ascend_pd.deploy.diagnostics import Diagnostic, Severity
+from ascend_pd.deploy.io import LoadedDeployment
+from ascend_pd.deploy.schema import Deployment
+from ascend_pd.errors import InputError
+from ascend_pd.hardware import Cluster
+from ascend_pd.models import ModelSpec, get_model
+from ascend_pd.yamlfile import Loc, dotted, nearest_line
+
+
+@dataclass
+class Context:
+    deployment: Deployment
+    cluster: Cluster
+    model: ModelSpec | None  # None when model.name is a path that does not exist on this machine
+    lines: dict[Loc, int]
+    source: str
+
+    @classmethod
+    def build(cls, loaded: LoadedDeployment) -> "Context":
+        try:
+            cluster = loaded.cluster()
+        except InputError as exc:
+            exc.file = exc.file or loaded.source
+            exc.line = exc.line or nearest_line(loaded.lines, ("cluster",))
+            raise InputError(exc.message, file=exc.file, field="cluster", line=exc.line, fix=exc.fix) from None
+        try:
+            model = get_model(loaded.deployment.model.name)
+        except InputError:
+            model = None
+        return cls(loaded.deployment, cluster, model, loaded.lines, loaded.source)
+
+    def diag(self, code: str, severity: Severity, loc: Loc, message: str, hint: str) -> Diagnostic:
+        return Diagnostic(code=code, severity=severity, path=dotted(loc) or "<top>", message=message, hint=hint,
+                          line=nearest_line(self.lines, loc))
+
+
+RuleFn = Callable[[Context], Iterator[Diagnostic]]
+RULES: list[RuleFn] = []
+CODES: dict[str, str] = {}  # code -> one-line summary, for the README and `validate --list-rules`
+
+
+def rule(code: str, summary: str) -> Callable[[RuleFn], RuleFn]:
+    def register(fn: RuleFn) -> RuleFn:
+        if code in CODES:
+            raise RuntimeError(f"rule code {code} registered twice")
+        CODES[code] = summary
+        RULES.append(fn)
+        return fn
+    return register

@@ -1,0 +1,142 @@
+"""The Deployment contract (deployment.yaml): pydantic models that keep DESIGN.md's keys and reject unknown ones."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Role = Literal["prefill", "decode", "colocated"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Metadata(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                      description="DNS-1123 label: lower-case letters, digits and '-' (used in Kubernetes names)")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelRef(_Strict):
+    name: str = Field(min_length=1, description="catalog id, or a directory holding config.json")
+    quantization: Literal["bf16", "w8a8", "w4a8"] = "bf16"
+    kv_cache_dtype: Literal["bf16", "int8"] = "bf16"
+    path: str = Field(min_length=1, description="where the weights are on the serving nodes")
+    served_name: str | None = Field(None, description="model name clients send; defaults to metadata.name")
+
+
+class Connector(_Strict):
+    implementation: Literal["ascend-pd", "vllm-ascend"] = "ascend-pd"
+    mode: Literal["pull", "push"] = "pull"
+    protocol: Literal["ascend", "tcp", "rdma"] = "ascend"
+
+
+class LengthDistribution(_Strict):
+    """Token counts of a workload. `mean` always; the shape is fixed unless a distribution is named."""
+
+    mean: float = Field(gt=0)
+    p99: float | None = Field(None, gt=0)
+    std: float | None = Field(None, ge=0)
+    distribution: Literal["fixed", "normal", "lognormal"] = "fixed"
+    min: int | None = Field(None, ge=1)
+    max: int | None = Field(None, ge=1)
+
+
+class Workload(_Strict):
+    input_tokens: LengthDistribution
+    output_tokens: LengthDistribution
+    rate: float = Field(gt=0, description="requests per second arriving at the proxy")
+    trace: str | None = Field(None, description="JSONL of {input_tokens, output_tokens}; overrides the lengths")
+
+
+class SLO(_Strict):
+    ttft_ms: float = Field(gt=0)
+    tpot_ms: float = Field(gt=0)
+    attainment: float = Field(0.9, gt=0, le=1)
+
+
+class Parallel(_Strict):
+    tp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+
+
+class DevicePlacement(_Strict):
+    """Where one DP rank runs: its tp*pp devices on one node (or listed across nodes for TP over UB)."""
+
+    node: str = Field(min_length=1)
+    devices: list[int] = Field(min_length=1)
+
+    @field_validator("devices")
+    @classmethod
+    def _non_negative(cls, devices: list[int]) -> list[int]:
+        if any(d < 0 for d in devices):
+            raise ValueError("device ids are 0 or more")
+        return devices
+
+
+class VllmArgs(_Strict):
+    max_model_len: int = Field(32768, ge=16)
+    max_num_batched_tokens: int = Field(16384, ge=1)
+    max_num_seqs: int = Field(16, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    block_size: int = Field(128, ge=1)
+    enforce_eager: bool = False
+    extra_args: list[str] = Field(default_factory=list, description="passed to `vllm serve` verbatim")
+
+
+class Instance(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    role: Role
+    parallel: Parallel = Field(default_factory=Parallel)
+    devices: list[DevicePlacement] = Field(min_length=1)
+    http_port: int = Field(ge=1, le=65535)
+    kv_port: int = Field(ge=1, le=65535)
+    engine_id: str | None = Field(None, min_length=1, description="defaults to the instance name")
+    vllm: VllmArgs = Field(default_factory=VllmArgs)
+
+    @property
+    def effective_engine_id(self) -> str:
+        return self.engine_id or self.name
+
+    @property
+    def device_count(self) -> int:
+        return sum(len(p.devices) for p in self.devices)
+
+    @property
+    def kv_port_count(self) -> int:
+        """Side-channel ports kv_port .. kv_port + dp*tp*pp - 1, one per worker."""
+        return self.parallel.dp * self.parallel.tp * self.parallel.pp
+
+    def endpoints(self) -> list[tuple[int, DevicePlacement, int]]:
+        """(dp_rank, placement, http_port) for each DP rank; DP rank i serves on http_port + i."""
+        return [(rank, placement, self.http_port + rank) for rank, placement in enumerate(self.devices)]
+
+
+class Proxy(_Strict):
+    node: str = Field(min_length=1)
+    port: int = Field(8080, ge=1, le=65535)
+    policy: Literal["least-loaded", "round-robin", "prefix-affinity", "random"] = "least-loaded"
+
+
+class Deployment(_Strict):
+    apiVersion: Literal["ascend-pd/v1"] = "ascend-pd/v1"
+    kind: Literal["Deployment"] = "Deployment"
+    metadata: Metadata
+    cluster: str = Field(min_length=1, description="a shipped cluster name, or a path to a cluster YAML file")
+    model: ModelRef
+    connector: Connector = Field(default_factory=Connector)
+    workload: Workload | None = None
+    slo: SLO | None = None
+    instances: list[Instance] = Field(min_length=1)
+    proxy: Proxy
+
+    def by_role(self, role: str) -> list[Instance]:
+        return [i for i in self.instances if i.role == role]
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model.served_name or self.metadata.name
