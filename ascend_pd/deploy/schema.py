@@ -65,10 +65,12 @@ class Parallel(_Strict):
 
 
 class DevicePlacement(_Strict):
-    """Where one DP rank runs: its tp*pp devices on one node (or listed across nodes for TP over UB)."""
+    """Where one DP rank runs: its tp*pp devices on one node. A rank whose TP group spans nodes (TP over the
+    SuperPoD's UB fabric) is written as several entries that carry the same `dp_rank`; the first is its leader."""
 
     node: str = Field(min_length=1)
     devices: list[int] = Field(min_length=1)
+    dp_rank: int | None = Field(None, ge=0, description="only for a DP rank that spans nodes")
 
     @field_validator("devices")
     @classmethod
@@ -106,14 +108,24 @@ class Instance(_Strict):
     def device_count(self) -> int:
         return sum(len(p.devices) for p in self.devices)
 
+    def rank_groups(self) -> list[list[DevicePlacement]]:
+        """The placements of each DP rank, in rank order: one entry per rank unless entries share a dp_rank."""
+        if all(p.dp_rank is None for p in self.devices):
+            return [[p] for p in self.devices]
+        groups: dict[int, list[DevicePlacement]] = {}
+        for index, placement in enumerate(self.devices):
+            groups.setdefault(placement.dp_rank if placement.dp_rank is not None else -1 - index, []).append(placement)
+        return [groups[key] for key in sorted(groups, key=lambda k: (k < 0, abs(k)))]
+
     @property
     def kv_port_count(self) -> int:
         """Side-channel ports kv_port .. kv_port + dp*tp*pp - 1, one per worker."""
         return self.parallel.dp * self.parallel.tp * self.parallel.pp
 
     def endpoints(self) -> list[tuple[int, DevicePlacement, int]]:
-        """(dp_rank, placement, http_port) for each DP rank; DP rank i serves on http_port + i."""
-        return [(rank, placement, self.http_port + rank) for rank, placement in enumerate(self.devices)]
+        """(dp_rank, leader placement, http_port) for each DP rank; DP rank i serves on http_port + i on the node of
+        its leader (its first placement)."""
+        return [(rank, group[0], self.http_port + rank) for rank, group in enumerate(self.rank_groups())]
 
 
 class Proxy(_Strict):
