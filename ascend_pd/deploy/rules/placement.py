@@ -1,5 +1,106 @@
-"""TODO"""
+"""Rules about where instances run: nodes and devices exist, no device is used twice, shapes match, TP links allow TP."""
 
 from __future__ import annotations
 
+from typing import Iterator
+
+from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
+
+
+@rule("APD101", "an instance names a node the cluster does not have")
+def unknown_node(ctx: Context) -> Iterator[Diagnostic]:
+    for i, inst in enumerate(ctx.deployment.instances):
+        for j, placement in enumerate(inst.devices):
+            if not ctx.cluster.has_node(placement.node):
+                known = ", ".join(n.name for n in ctx.cluster.nodes[:4])
+                yield ctx.diag("APD101", "error", ("instances", i, "devices", j, "node"),
+                               f"instance '{inst.name}' uses node '{placement.node}', which cluster "
+                               f"'{ctx.cluster.name}' does not have",
+                               f"use a node of the cluster (`ascend-pd show cluster {ctx.cluster.name}`), e.g. {known}")
+
+
+@rule("APD102", "the proxy runs on a node the cluster does not have")
+def unknown_proxy_node(ctx: Context) -> Iterator[Diagnostic]:
+    node = ctx.deployment.proxy.node
+    if not ctx.cluster.has_node(node):
+        yield ctx.diag("APD102", "error", ("proxy", "node"), f"proxy node '{node}' is not in cluster '{ctx.cluster.name}'",
+                       f"use a node of the cluster, e.g. {ctx.cluster.nodes[0].name}")
+
+
+@rule("APD103", "a device id does not exist on its node")
+def unknown_device(ctx: Context) -> Iterator[Diagnostic]:
+    for i, inst in enumerate(ctx.deployment.instances):
+        for j, placement in enumerate(inst.devices):
+            if not ctx.cluster.has_node(placement.node):
+                continue
+            count = len(ctx.cluster.node_devices(placement.node))
+            bad = [d for d in placement.devices if d >= count]
+            if bad:
+                yield ctx.diag("APD103", "error", ("instances", i, "devices", j, "devices"),
+                               f"instance '{inst.name}': node '{placement.node}' has devices 0..{count - 1}, "
+                               f"not {', '.join(map(str, bad))}",
+                               f"use device ids below {count}")
+
+
+@rule("APD104", "a device is used by two instances (or twice by one)")
+def device_used_twice(ctx: Context) -> Iterator[Diagnostic]:
+    owner: dict[tuple[str, int], tuple[str, int, int]] = {}
+    for i, inst in enumerate(ctx.deployment.instances):
+        for j, placement in enumerate(inst.devices):
+            for device in placement.devices:
+                key = (placement.node, device)
+                if key in owner:
+                    first_name, fi, fj = owner[key]
+                    who = f"instances '{first_name}' and '{inst.name}'" if first_name != inst.name \
+                        else f"instance '{inst.name}' twice"
+                    yield ctx.diag("APD104", "error", ("instances", i, "devices", j, "devices"),
+                                   f"device {device} of node '{placement.node}' is used by {who} "
+                                   f"(first at instances[{fi}].devices[{fj}])",
+                                   "give every instance its own devices")
+                else:
+                    owner[key] = (inst.name, i, j)
+
+
+@rule("APD105", "an instance's device count is not tp x pp x dp")
+def device_count(ctx: Context) -> Iterator[Diagnostic]:
+    for i, inst in enumerate(ctx.deployment.instances):
+        p = inst.parallel
+        want = p.tp * p.pp * p.dp
+        if inst.device_count != want:
+            yield ctx.diag("APD105", "error", ("instances", i, "devices"),
+                           f"instance '{inst.name}' lists {inst.device_count} devices but tp x pp x dp = "
+                           f"{p.tp} x {p.pp} x {p.dp} = {want}",
+                           "list tp x pp devices for each of the dp ranks, or change parallel")
+
+
+@rule("APD106", "the DP ranks of an instance do not each hold tp x pp devices")
+def dp_rank_shape(ctx: Context) -> Iterator[Diagnostic]:
+    for i, inst in enumerate(ctx.deployment.instances):
+        p = inst.parallel
+        if inst.device_count != p.tp * p.pp * p.dp:
+            continue  # APD105 already says so
+        groups = inst.rank_groups()
+        sizes = [sum(len(pl.devices) for pl in group) for group in groups]
+        if len(groups) != p.dp or any(size != p.tp * p.pp for size in sizes):
+            yield ctx.diag("APD106", "error", ("instances", i, "devices"),
+                           f"instance '{inst.name}' has {len(groups)} DP rank entries of {sizes} devices; "
+                           f"dp={p.dp} ranks of tp x pp = {p.tp * p.pp} devices each are needed",
+                           "write one devices entry per DP rank (entries of a rank that spans nodes share dp_rank)")
+
+
+@rule("APD107", "a TP group crosses a link that cannot carry tensor parallelism")
+def tp_group_link(ctx: Context) -> Iterator[Diagnostic]:
+    for i, inst in enumerate(ctx.deployment.instances):
+        for rank, group in enumerate(inst.rank_groups()):
+            try:
+                devices = [ctx.cluster.device(pl.node, d) for pl in group for d in pl.devices]
+            except KeyError:
+                continue  # APD101/APD103 report missing nodes and devices
+            problem = ctx.cluster.tp_group_problem(devices)
+            if problem:
+                nodes = sorted({pl.node for pl in group})
+                yield ctx.diag("APD107", "error", ("instances", i, "devices"),
+                               f"instance '{inst.name}' DP rank {rank} spans {', '.join(nodes)}: {problem}",
+                               "keep each TP group on one node (A2) or inside one SuperPoD (A3); "
+                               "use more DP ranks instead of a wider TP")
