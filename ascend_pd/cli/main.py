@@ -26,4 +26,4 @@ def cli() -> None:
 
 
 if __name__ == "__main__":
-    cli()
+    cli(prog_name="ascend-pd")

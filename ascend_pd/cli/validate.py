@@ -12,11 +12,11 @@ from ascend_pd.errors import InputError
 
 
 @click.command("validate")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people, json for tools")
 @click.option("--list-rules", is_flag=True, help="print every rule code with what it checks, then exit")
-def validate_cmd(file: str, fmt: str, list_rules: bool) -> None:
+def validate_cmd(file: str | None, fmt: str, list_rules: bool) -> None:
     """Check FILE (a deployment.yaml) and print its diagnostics.
 
     Exit status: 0 no errors (warnings and infos may be printed), 1 errors found, 2 the file could not be read.
@@ -28,6 +28,8 @@ def validate_cmd(file: str, fmt: str, list_rules: bool) -> None:
         for code, summary in sorted(CODES.items()):
             click.echo(f"{code}  {summary}")
         sys.exit(EXIT_OK)
+    if file is None:
+        raise click.UsageError("give the deployment file to check, e.g. `ascend-pd validate deployment.yaml`")
     try:
         _, diagnostics = validate_file(file)
     except InputError as exc:
