@@ -1,0 +1,103 @@
+"""Build the tiny CPU test models offline: a Llama-style GQA model and a DeepSeek-V2-style MLA + MoE model.
+
+Usage: python tools/make_tiny_models.py DIR   -> DIR/tiny-llama-gqa, DIR/tiny-deepseek-mla
+
+Weights are random with a fixed seed, the tokenizer is a byte-level BPE trained here on generated text, so nothing
+is downloaded. The shapes match the `tiny-llama-gqa` and `tiny-deepseek-mla` entries of the model catalog.
+Weights are initialised wide (initializer_range 0.25) so greedy outputs change with every prompt token: a corrupted
+KV transfer then shows up as different tokens instead of hiding behind one repeated token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+VOCAB_SIZE = 512
+SEED = 1234
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+WORDS = ("ascend prefill decode cache block layer head token model serve proxy engine tensor device node pod "
+         "transfer kernel latency throughput batch prompt output stream request route health metric plan render "
+         "alpha beta gamma delta one two three four five six seven eight nine ten the a of to and in is it").split()
+
+
+def _corpus(lines: int = 4000) -> list[str]:
+    rng = random.Random(SEED)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 24))) for _ in range(lines)]
+
+
+def make_tokenizer(out: Path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    specials = ["<s>", "</s>", "<unk>", "<pad>"]
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(_corpus(), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return fast
+
+
+def _save(model, tokenizer, out: Path) -> None:
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+
+
+def make_gqa(out: Path, tokenizer) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         initializer_range=0.25, tie_word_embeddings=False, torch_dtype="bfloat16",
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    _save(LlamaForCausalLM(config), tokenizer, out)
+
+
+def make_mla(out: Path, tokenizer) -> None:
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    torch.manual_seed(SEED)
+    # vLLM's CPU MLA backend accepts only a latent + rope head size of 576, hence 512 + 64.
+    config = DeepseekV2Config(vocab_size=VOCAB_SIZE, hidden_size=128, intermediate_size=256,
+                              moe_intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                              num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                              first_k_dense_replace=1, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                              qk_nope_head_dim=32, v_head_dim=32, topk_method="greedy", n_group=1, topk_group=1,
+                              max_position_embeddings=2048, initializer_range=0.25, tie_word_embeddings=False,
+                              torch_dtype="bfloat16", bos_token_id=tokenizer.bos_token_id,
+                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    _save(DeepseekV2ForCausalLM(config), tokenizer, out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", type=Path, help="where to write tiny-llama-gqa/ and tiny-deepseek-mla/")
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = make_tokenizer(args.dir / "tokenizer")
+    make_gqa(args.dir / "tiny-llama-gqa", tokenizer)
+    make_mla(args.dir / "tiny-deepseek-mla", tokenizer)
+    for name in ("tiny-llama-gqa", "tiny-deepseek-mla"):
+        size = sum(p.stat().st_size for p in (args.dir / name).iterdir())
+        print(f"{args.dir / name}: {size / 1e6:.1f} MB")
+
+
+if __name__ == "__main__":
+    main()
