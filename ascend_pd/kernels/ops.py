@@ -1,10 +1,13 @@
-"""The public KV layout ops: check the arguments, then run the AscendC op on an NPU or the fast torch path."""
+"""The public KV layout ops: check the arguments, then run the AscendC op on an NPU, else the fast host path.
+
+A cache on an accelerator without the AscendC extension runs the torch reference there (correct, not fast).
+"""
 
 from __future__ import annotations
 
 import torch
 
-from ascend_pd.kernels import cpu
+from ascend_pd.kernels import cpu, reference
 from ascend_pd.kernels.checks import (BlockIds, block_index, check_cache, check_head_range, check_nz_shape, fail)
 from ascend_pd.kernels.npu import use_ascendc
 
@@ -16,6 +19,10 @@ def _npu_ids(ids: torch.Tensor) -> torch.Tensor:
     return ids.to(torch.int32)  # the kernels read 32-bit block ids from global memory
 
 
+def _host_path(tensor: torch.Tensor):
+    return cpu if tensor.device.type == "cpu" else reference
+
+
 def gather_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, head_count: int) -> torch.Tensor:
     """Pack heads [head_start, head_start + head_count) of the listed blocks: [n, block_size, head_count, head_dim]."""
     check_cache(cache, "cache", 4, NHD)
@@ -23,7 +30,7 @@ def gather_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, head
     ids = block_index(block_ids, cache.shape[0], cache.device, unique=False)
     if use_ascendc(cache):
         return torch.ops.ascend_pd.gather_heads(cache, _npu_ids(ids), head_start, head_count)
-    return cpu.gather_heads(cache, ids, head_start, head_count)
+    return _host_path(cache).gather_heads(cache, ids, head_start, head_count)
 
 
 def scatter_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, packed: torch.Tensor) -> None:
@@ -39,7 +46,7 @@ def scatter_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, pac
     if use_ascendc(cache):
         torch.ops.ascend_pd.scatter_heads(cache, _npu_ids(ids), head_start, packed)
     else:
-        cpu.scatter_heads(cache, ids, head_start, packed)
+        _host_path(cache).scatter_heads(cache, ids, head_start, packed)
 
 
 def block_transpose(cache: torch.Tensor, block_ids: BlockIds, split: int) -> None:
@@ -54,7 +61,7 @@ def block_transpose(cache: torch.Tensor, block_ids: BlockIds, split: int) -> Non
     if use_ascendc(cache):
         torch.ops.ascend_pd.block_transpose(cache, _npu_ids(ids), split)
     else:
-        cpu.block_transpose(cache, ids, split)
+        _host_path(cache).block_transpose(cache, ids, split)
 
 
 def mla_split(fused: torch.Tensor, block_ids: BlockIds, rope_dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,7 +73,7 @@ def mla_split(fused: torch.Tensor, block_ids: BlockIds, rope_dim: int = 64) -> t
     ids = block_index(block_ids, fused.shape[0], fused.device, unique=False)
     if use_ascendc(fused):
         return tuple(torch.ops.ascend_pd.mla_split(fused, _npu_ids(ids), rope_dim))
-    return cpu.mla_split(fused, ids, rope_dim)
+    return _host_path(fused).mla_split(fused, ids, rope_dim)
 
 
 def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, block_ids: BlockIds) -> torch.Tensor:
@@ -79,7 +86,7 @@ def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, block_ids: BlockIds) -> tor
     ids = block_index(block_ids, nope.shape[0], nope.device, unique=False)
     if use_ascendc(nope):
         return torch.ops.ascend_pd.mla_fuse(nope, rope, _npu_ids(ids))
-    return cpu.mla_fuse(nope, rope, ids)
+    return _host_path(nope).mla_fuse(nope, rope, ids)
 
 
 def nd_to_nz(cache: torch.Tensor, block_ids: BlockIds) -> torch.Tensor:
@@ -90,7 +97,7 @@ def nd_to_nz(cache: torch.Tensor, block_ids: BlockIds) -> torch.Tensor:
     ids = block_index(block_ids, cache.shape[0], cache.device, unique=False)
     if use_ascendc(cache):
         return torch.ops.ascend_pd.nd_to_nz(cache, _npu_ids(ids))
-    return cpu.nd_to_nz(cache, ids, c0)
+    return _host_path(cache).nd_to_nz(cache, ids, c0)
 
 
 def nz_to_nd(nz_cache: torch.Tensor, block_ids: BlockIds, head_dim: int) -> torch.Tensor:
@@ -107,4 +114,4 @@ def nz_to_nd(nz_cache: torch.Tensor, block_ids: BlockIds, head_dim: int) -> torc
     ids = block_index(block_ids, nz_cache.shape[0], nz_cache.device, unique=False)
     if use_ascendc(nz_cache):
         return torch.ops.ascend_pd.nz_to_nd(nz_cache, _npu_ids(ids), head_dim)
-    return cpu.nz_to_nd(nz_cache, ids, head_dim)
+    return _host_path(nz_cache).nz_to_nd(nz_cache, ids, head_dim)

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
-def gather_heads(cache: torch.Tensor, block_ids: list[int], head_start: int, head_count: int) -> torch.Tensor:
+def gather_heads(cache: torch.Tensor, block_ids: Sequence[int], head_start: int, head_count: int) -> torch.Tensor:
     """[num_blocks, bs, H, D] -> [n, bs, head_count, D]: heads [head_start, +head_count) of the listed blocks."""
     heads = slice(head_start, head_start + head_count)
     return torch.stack([cache[block, :, heads, :] for block in block_ids]).contiguous()
 
 
-def scatter_heads(cache: torch.Tensor, block_ids: list[int], head_start: int, packed: torch.Tensor) -> None:
+def scatter_heads(cache: torch.Tensor, block_ids: Sequence[int], head_start: int, packed: torch.Tensor) -> None:
     """Write packed [n, bs, hc, D] into heads [head_start, +hc) of the listed blocks."""
     heads = slice(head_start, head_start + packed.shape[2])
     for index, block in enumerate(block_ids):
         cache[block, :, heads, :] = packed[index]
 
 
-def block_transpose(cache: torch.Tensor, block_ids: list[int], split: int) -> None:
+def block_transpose(cache: torch.Tensor, block_ids: Sequence[int], split: int) -> None:
     """In place, per block: [split, bs, H/split, D] (whole blocks of `split` senders) -> [bs, H, D]."""
     _, block_size, heads, head_dim = cache.shape
     for block in block_ids:
@@ -27,7 +29,7 @@ def block_transpose(cache: torch.Tensor, block_ids: list[int], split: int) -> No
         cache[block] = tokens_first.clone()
 
 
-def mla_split(fused: torch.Tensor, block_ids: list[int], rope_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def mla_split(fused: torch.Tensor, block_ids: Sequence[int], rope_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused [nb, bs, lora + rope] -> nope [n, bs, 1, lora] and rope [n, bs, 1, rope] for the listed blocks."""
     lora = fused.shape[2] - rope_dim
     nope = torch.stack([fused[block, :, :lora] for block in block_ids]).unsqueeze(2).contiguous()
@@ -35,12 +37,12 @@ def mla_split(fused: torch.Tensor, block_ids: list[int], rope_dim: int) -> tuple
     return nope, rope
 
 
-def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, block_ids: list[int]) -> torch.Tensor:
+def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, block_ids: Sequence[int]) -> torch.Tensor:
     """nope [nb, bs, 1, lora] and rope [nb, bs, 1, rope] -> fused [n, bs, lora + rope] for the listed blocks."""
     return torch.stack([torch.cat([nope[block, :, 0, :], rope[block, :, 0, :]], dim=-1) for block in block_ids])
 
 
-def nd_to_nz(cache: torch.Tensor, block_ids: list[int], c0: int) -> torch.Tensor:
+def nd_to_nz(cache: torch.Tensor, block_ids: Sequence[int], c0: int) -> torch.Tensor:
     """[nb, bs, H, D] -> FRACTAL_NZ [n, H*D/c0, bs, c0]: nz[f, t, c] = nd[t, f*c0 + c] for each listed block."""
     _, block_size, heads, head_dim = cache.shape
     blocks = []
@@ -50,7 +52,7 @@ def nd_to_nz(cache: torch.Tensor, block_ids: list[int], c0: int) -> torch.Tensor
     return torch.stack(blocks).contiguous()
 
 
-def nz_to_nd(nz_cache: torch.Tensor, block_ids: list[int], head_dim: int) -> torch.Tensor:
+def nz_to_nd(nz_cache: torch.Tensor, block_ids: Sequence[int], head_dim: int) -> torch.Tensor:
     """FRACTAL_NZ [nb, F, bs, c0] -> [n, bs, F*c0/head_dim, head_dim] for the listed blocks."""
     _, fractals, block_size, c0 = nz_cache.shape
     blocks = []
