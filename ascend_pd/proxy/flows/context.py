@@ -1,0 +1,86 @@
+"""What a request flow works with: the request being served, and the proxy's shared pieces."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Coroutine
+
+import aiohttp
+
+from ascend_pd.proxy.backends import Backend, BackendPool
+from ascend_pd.proxy.endpoints import Role
+from ascend_pd.proxy.failures import UpstreamFailure
+from ascend_pd.proxy.metaserver import Metaserver
+from ascend_pd.proxy.metrics import ProxyMetrics
+from ascend_pd.proxy.policies import Policy, RouteRequest
+from ascend_pd.proxy.settings import ProxySettings
+
+log = logging.getLogger("ascend_pd.proxy")
+
+
+@dataclass
+class RequestContext:
+    request_id: str
+    path: str  # /v1/completions or /v1/chat/completions
+    body: dict[str, Any]
+    route: RouteRequest
+    headers: dict[str, str]  # sent to every backend: X-Request-Id, and the client's Authorization if any
+    streaming: bool
+    tried: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set(),
+                                                                 "colocated": set()})
+
+
+class NoCandidate(Exception):
+    """Every backend of a role is down, draining, or already failed this request."""
+
+    def __init__(self, role: Role):
+        super().__init__(role)
+        self.role = role
+
+
+class StartOver(Exception):
+    """This attempt failed in a way a fresh prefill on new backends may fix; its KV handoff is abandoned."""
+
+    def __init__(self, failure: UpstreamFailure):
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+@dataclass
+class FlowEnv:
+    session: aiohttp.ClientSession
+    pool: BackendPool
+    policies: dict[str, Policy]
+    metrics: ProxyMetrics
+    settings: ProxySettings
+    metaserver: Metaserver
+    background: set[asyncio.Task] = field(default_factory=set)
+
+    def pick(self, role: Role, ctx: RequestContext) -> Backend:
+        candidates = self.pool.candidates(role, ctx.tried[role])
+        if not candidates:
+            raise NoCandidate(role)
+        backend = self.policies[role].choose(candidates, ctx.route)
+        self.metrics.routed.labels(role, backend.endpoint.name).inc()
+        return backend
+
+    def failed(self, backend: Backend, ctx: RequestContext, failure: UpstreamFailure) -> None:
+        """Count a failed call and keep this request away from that backend from now on."""
+        ctx.tried[backend.role].add(backend.url)
+        if failure.is_backend_fault:
+            self.metrics.backend_failures.labels(backend.role, backend.endpoint.name).inc()
+            log.warning("request %s: %s backend %s failed: %s", ctx.request_id, backend.role, backend.url, failure)
+
+    def spawn(self, work: Coroutine | asyncio.Future) -> asyncio.Future:
+        """Run work that outlives the client request (a handoff finishing, a P call completing) to its end."""
+        task = asyncio.ensure_future(work)
+        self.background.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Future) -> None:
+        self.background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.info("background work ended with %s", task.exception())

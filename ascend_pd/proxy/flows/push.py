@@ -1,0 +1,33 @@
+"""Push flow (this project's connector): P and D start together, tied by a fresh transfer id; D learns P's side
+channel from the deployment and P writes each layer's KV into D's blocks as soon as it is computed."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from ascend_pd.proxy.failures import ClientError
+from ascend_pd.proxy.flows.concurrent import first_answer_of_decode
+from ascend_pd.proxy.flows.context import FlowEnv, RequestContext
+from ascend_pd.proxy.flows.prefill import call_prefill
+from ascend_pd.proxy.openai_body import decode_body
+from ascend_pd.proxy.upstream import Opened, open_answer
+
+
+async def push(ctx: RequestContext, env: FlowEnv) -> Opened:
+    prefill = env.pick("prefill", ctx)
+    decode = env.pick("decode", ctx)
+    kv = prefill.endpoint.kv
+    if kv is None:
+        raise ClientError(500, f"prefill backend {prefill.url} has no KV address; push mode needs the backends "
+                               "from deployment.yaml", "proxy_configuration_error")
+    transfer_id = uuid.uuid4().hex  # fresh per attempt: a retried pair never reuses a transfer
+    to_prefill = {"do_remote_decode": True, "transfer_id": transfer_id}
+    to_decode = {"do_remote_prefill": True, "transfer_id": transfer_id, "remote_engine_id": kv.engine_id,
+                 "remote_host": kv.host, "remote_port": kv.port, "remote_tp_size": kv.tp_size,
+                 "remote_dp_rank": kv.dp_rank}
+    lease = decode.lease(ctx.route.tokens)
+    prefilling = asyncio.ensure_future(call_prefill(ctx, env, prefill, to_prefill))
+    decoding = asyncio.ensure_future(open_answer(env.session, decode, ctx.path, decode_body(ctx.body, to_decode),
+                                                 ctx.headers, ctx.streaming))
+    return await first_answer_of_decode(ctx, env, prefilling, decoding, decode, lease)

@@ -1,0 +1,52 @@
+"""Proxy settings as one frozen value: flow mode, timeouts, limits, retries, health checks, admin token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ascend_pd.deploy import Deployment
+
+# pull: P first, then D with P's kv_transfer_params. push: P and D together with a shared transfer id (this
+# project's connector). layerwise: D first, P when D posts its blocks to /v1/metaserver (vllm-ascend's
+# MooncakeLayerwiseConnector). colocated: no handoff.
+Mode = Literal["pull", "push", "layerwise", "colocated"]
+MODES: tuple[str, ...] = ("pull", "push", "layerwise", "colocated")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. Every one is finite: a hung backend costs one request its timeout, never hangs it forever."""
+
+    connect: float = 5.0
+    read: float = 300.0  # longest silence between two reads from a backend (a long prefill sends nothing)
+    total: float = 3600.0
+    health: float = 2.0
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    mode: Mode = "pull"
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    prefill_policy: str = "least-loaded"
+    decode_policy: str = "least-loaded"
+    max_inflight: int = 1024
+    retry_after_seconds: int = 1
+    prefill_attempts: int = 3  # a failed P is retried on another P, before the handoff
+    pair_attempts: int = 3  # a D that fails before its first token means a fresh prefill on a new pair
+    health_interval: float = 2.0  # 0 turns active health checks off
+    breaker_failures: int = 3
+    breaker_open_seconds: float = 10.0
+    handoff_grace: float = 30.0  # how long a D whose client left may run to pull and free P's KV (pull mode)
+    admin_token: str | None = None
+    metaserver_url: str | None = None  # layerwise: where D posts its block coordinates
+
+
+def mode_for(deployment: Deployment) -> Mode:
+    """The request flow the deployment's connector needs."""
+    if not deployment.by_role("prefill") or not deployment.by_role("decode"):
+        return "colocated"
+    connector = deployment.connector
+    if connector.mode == "pull":
+        return "pull"
+    return "push" if connector.implementation == "ascend-pd" else "layerwise"

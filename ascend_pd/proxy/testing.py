@@ -1,0 +1,284 @@
+"""Fake vLLM engines for tests and benchmarks: aiohttp servers speaking vLLM's OpenAI API with kv_transfer_params.
+
+A fake P really holds "KV" (the prompt) until a fake D fetches it over HTTP, so leaked or replayed handoffs are
+observable: `held_kv` counts blocks P still holds, `stale_reads` counts D reads of blocks that were already gone
+(vLLM would then answer 200 with output from the wrong KV, and so does the fake: it decodes an empty prompt).
+Output tokens are a pure function of the prompt, so any proxied answer can be checked against a direct one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from ascend_pd.proxy.openai_body import prompt_text
+
+KV_WAIT_SECONDS = 5.0  # how long a fake D waits for pushed KV before it gives up with a 500
+
+
+def fake_tokens(prompt: str, count: int) -> list[str]:
+    seed = zlib.crc32(prompt.encode())
+    return [f" w{(seed + 7919 * i) % 1000}" for i in range(count)]
+
+
+@dataclass
+class Behaviour:
+    prefill_delay: float = 0.0  # seconds before P answers (or a colocated engine starts decoding)
+    token_delay: float = 0.0  # seconds between two output tokens
+    fail_rate: float = 0.0  # fraction of completion requests answered with a 500 at once
+
+
+class FakeEngine:
+    def __init__(self, role: str, port: int = 0, kv_port: int | None = None, behaviour: Behaviour | None = None,
+                 host: str = "127.0.0.1", model: str = "fake-model", seed: int = 0):
+        self.role = role
+        self.host = host
+        self.port = port
+        self.kv_port = kv_port
+        self.behaviour = behaviour or Behaviour()
+        self.model = model
+        self.engine_id = f"{role}-{port}"
+        self._rng = random.Random(seed)
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._handles = itertools.count(1)
+        self._held: OrderedDict[str, str] = OrderedDict()  # pull: block handle -> prompt, until D reads it
+        self._arrivals: OrderedDict[str, asyncio.Future] = OrderedDict()  # push: transfer key -> KV arriving
+        self.received: list[dict[str, Any]] = []  # completion request bodies, in arrival order
+        self.cancelled = 0  # completion requests whose client (the proxy) went away before the end
+        self.active = 0
+        self.stale_reads = 0
+        self.recomputes = 0  # decode requests that came without KV: D recomputed the prompt itself
+        self._fail_next: list[int] = []
+        self._break_after: int | None = None
+        self._omit_kv_params = False
+
+    # --- lifecycle --------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def held_kv(self) -> int:
+        return len(self._held)
+
+    async def start(self) -> "FakeEngine":
+        app = web.Application()
+        app.router.add_post("/v1/completions", self._complete)
+        app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/kv/{handle}", self._read_kv)  # pull: D reads P's blocks
+        app.router.add_get("/kv-push/{key}", self._wait_pushed)  # push: D waits for P's writes, on P's side channel
+        app.router.add_post("/kv-push/{key}", self._receive_push)  # layerwise: P writes into D
+        self._session = aiohttp.ClientSession()
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        if self.kv_port is not None:
+            await web.TCPSite(self._runner, self.host, self.kv_port, reuse_address=True).start()
+            self.kv_port = self._runner.addresses[1][1]
+        self.engine_id = f"{self.role}-{self.port}"
+        return self
+
+    async def stop(self) -> None:
+        """Kill the engine: listening stops, open connections drop, held KV is lost."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            await self._session.close()
+            self._runner = None
+        self._held.clear()
+
+    # --- failure injection ------------------------------------------------------------------------------------
+    def fail_next(self, count: int = 1, status: int = 500) -> None:
+        self._fail_next.extend([status] * count)
+
+    def break_next_stream_after(self, tokens: int) -> None:
+        """The next streamed answer drops its connection after this many tokens."""
+        self._break_after = tokens
+
+    def omit_kv_params_next(self) -> None:
+        self._omit_kv_params = True
+
+    # --- handlers ---------------------------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
+
+    async def _complete(self, request: web.Request) -> web.StreamResponse:
+        body = msgspec.json.decode(await request.read())
+        self.received.append(body)
+        if self._fail_next or self._rng.random() < self.behaviour.fail_rate:
+            status = self._fail_next.pop(0) if self._fail_next else 500
+            return web.json_response({"error": {"message": "injected failure", "code": status}}, status=status)
+        self.active += 1
+        try:
+            return await self._serve(request, body)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+
+    async def _serve(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        params = body.get("kv_transfer_params") or {}
+        prompt = prompt_text(body)
+        if params.get("do_remote_decode"):
+            await asyncio.sleep(self.behaviour.prefill_delay)
+            return web.json_response(self._prefill(request, body, params, prompt))
+        if params.get("do_remote_prefill"):
+            prompt = await self._receive_kv(request, params, prompt)
+            if prompt is None:
+                return web.json_response({"error": {"message": "KV never arrived"}}, status=500)
+        else:
+            if self.role == "decode":
+                self.recomputes += 1
+            await asyncio.sleep(self.behaviour.prefill_delay)
+        return await self._generate(request, body, prompt)
+
+    def _prefill(self, request, body, params, prompt) -> dict[str, Any]:
+        answer = self._completion(body, fake_tokens(prompt, 1), "length")
+        if "transfer_id" in params:  # push: the KV is written to D through this engine's side channel
+            self._arrival(params["transfer_id"]).set_result(prompt)
+        elif "remote_block_ids" in params:  # layerwise: D said where its blocks are; write them there
+            asyncio.ensure_future(self._push_to(params, prompt))
+        elif not self._omit_kv_params:  # pull: hold the KV until D reads it
+            handle = f"{self.port}-{next(self._handles)}"
+            self._held[handle] = prompt
+            answer["kv_transfer_params"] = {"do_remote_prefill": True, "do_remote_decode": False,
+                                            "remote_engine_id": self.engine_id, "remote_block_ids": [handle],
+                                            "remote_host": self.host, "remote_port": self.port, "tp_size": 1}
+        self._omit_kv_params = False
+        return answer
+
+    async def _push_to(self, params: dict[str, Any], prompt: str) -> None:
+        url = f"http://{params['remote_host']}:{params['remote_port']}/kv-push/{params['remote_block_ids'][0]}"
+        async with self._session.post(url, data=prompt.encode()) as answer:
+            await answer.read()
+
+    async def _receive_kv(self, request, params, prompt) -> str | None:
+        """The prompt whose KV D now holds, or None if it never came."""
+        if "remote_block_ids" in params:
+            return await self._pull_kv(params)
+        if "transfer_id" in params:
+            return await self._await_push(params)
+        if "metaserver" in params:
+            return await self._await_layerwise(request, params)
+        return None
+
+    async def _pull_kv(self, params) -> str:
+        url = f"http://{params['remote_host']}:{params['remote_port']}/kv/{params['remote_block_ids'][0]}"
+        async with self._session.get(url) as answer:
+            if answer.status == 200:
+                return await answer.text()
+        self.stale_reads += 1
+        return ""  # the blocks were freed or reused: decode runs on whatever is there
+
+    async def _await_push(self, params) -> str | None:
+        """Push: wait on P's side channel until P has written the KV of this transfer."""
+        url = f"http://{params['remote_host']}:{params['remote_port']}/kv-push/{params['transfer_id']}"
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=KV_WAIT_SECONDS)) as answer:
+                return await answer.text() if answer.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+
+    async def _await_layerwise(self, request, params) -> str | None:
+        """Layerwise: tell the proxy's metaserver where this request's blocks are, then wait for P to write."""
+        key = f"{self.port}-{next(self._handles)}"
+        arrival = self._arrival(key)
+        coordinates = {"request_id": f"cmpl-{request.headers.get('X-Request-Id', '')}-0",
+                       "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": self.engine_id,
+                       "remote_host": self.host, "remote_port": self.kv_port or self.port,
+                       "remote_block_ids": [key]}
+        try:
+            async with self._session.post(params["metaserver"], json=coordinates) as answer:
+                if answer.status != 200:
+                    return None
+            return await asyncio.wait_for(arrival, KV_WAIT_SECONDS)
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+        finally:
+            self._arrivals.pop(key, None)
+
+    async def _read_kv(self, request: web.Request) -> web.Response:
+        prompt = self._held.pop(request.match_info["handle"], None)
+        return web.Response(text=prompt) if prompt is not None else web.Response(status=404)
+
+    async def _wait_pushed(self, request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        try:
+            prompt = await asyncio.wait_for(asyncio.shield(self._arrival(key)), KV_WAIT_SECONDS)
+        except asyncio.TimeoutError:
+            return web.Response(status=404)
+        self._arrivals.pop(key, None)
+        return web.Response(text=prompt)
+
+    async def _receive_push(self, request: web.Request) -> web.Response:
+        arrival = self._arrivals.get(request.match_info["key"])
+        if arrival is None or arrival.done():
+            return web.Response(status=404)
+        arrival.set_result(await request.text())
+        return web.Response()
+
+    def _arrival(self, key: str) -> asyncio.Future:
+        if key not in self._arrivals:
+            self._arrivals[key] = asyncio.get_running_loop().create_future()
+            while len(self._arrivals) > 10_000:
+                self._arrivals.popitem(last=False)
+        return self._arrivals[key]
+
+    # --- output -----------------------------------------------------------------------------------------------
+    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: str) -> web.StreamResponse:
+        count = body.get("max_completion_tokens") or body.get("max_tokens") or 16
+        tokens = fake_tokens(prompt, count)
+        if not body.get("stream"):
+            await asyncio.sleep(self.behaviour.token_delay * count)
+            return web.json_response(self._completion(body, tokens, "length"))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        break_after, self._break_after = self._break_after, None
+        for index, token in enumerate(tokens):
+            if break_after is not None and index == break_after:
+                request.transport.close()
+                return response
+            finish = "length" if index == len(tokens) - 1 else None
+            await response.write(b"data: " + msgspec.json.encode(self._chunk(body, token, finish)) + b"\n\n")
+            if self.behaviour.token_delay:
+                await asyncio.sleep(self.behaviour.token_delay)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _completion(self, body, tokens: list[str], finish: str) -> dict[str, Any]:
+        text = "".join(tokens)
+        usage = {"prompt_tokens": len(prompt_text(body).split()), "completion_tokens": len(tokens)}
+        if "messages" in body:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                    "model": self.model, "choices": [choice], "usage": usage}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": self.model,
+                "choices": [choice], "usage": usage}
+
+    def _chunk(self, body, token: str, finish: str | None) -> dict[str, Any]:
+        if "messages" in body:
+            choice = {"index": 0, "delta": {"content": token}, "finish_reason": finish}
+            return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": self.model,
+                    "choices": [choice]}
+        return {"id": "cmpl-fake", "object": "text_completion", "model": self.model,
+                "choices": [{"index": 0, "text": token, "logprobs": None, "finish_reason": finish}]}

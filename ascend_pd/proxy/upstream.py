@@ -1,0 +1,105 @@
+"""Calls to backends over one pooled aiohttp session, turning every transport problem into UpstreamFailure."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from ascend_pd.proxy.backends import Backend, Lease
+from ascend_pd.proxy.failures import UpstreamFailure
+from ascend_pd.proxy.settings import Timeouts
+
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+def make_session(timeouts: Timeouts) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=timeouts.total, connect=timeouts.connect, sock_read=timeouts.read)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                 json_serialize=lambda obj: msgspec.json.encode(obj).decode())
+
+
+@dataclass
+class Opened:
+    """A backend answer that has started well: status 200 and a first chunk (the whole body when not streaming).
+    The leases are released and the connection closed or returned when the relay is done with it."""
+
+    response: aiohttp.ClientResponse
+    first: bytes
+    streaming: bool
+    leases: list[Lease]
+
+    def close(self) -> None:
+        """Release the leases; return a fully read connection to the pool, close (abort) any other."""
+        for lease in self.leases:
+            lease.release()
+        if self.response.content.at_eof():
+            self.response.release()
+        else:
+            self.response.close()  # closing the connection is what tells a vLLM backend to abort the request
+
+
+async def post_json(session: aiohttp.ClientSession, backend: Backend, path: str, body: dict[str, Any],
+                    headers: dict[str, str]) -> dict[str, Any]:
+    """A non-streaming call; the parsed JSON answer or UpstreamFailure. Feeds the backend's circuit breaker."""
+    try:
+        async with session.post(backend.url + path, data=msgspec.json.encode(body), headers=headers) as response:
+            payload = await response.read()
+            if response.status != 200:
+                raise _status_failure(backend, response.status, payload)
+            try:
+                answer = msgspec.json.decode(payload)
+            except msgspec.DecodeError:
+                raise _fault(backend, "answered 200 with a body that is not JSON") from None
+            if not isinstance(answer, dict):
+                raise _fault(backend, "answered 200 with JSON that is not an object")
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        raise _transport_failure(backend, exc) from None
+    backend.breaker.record_success()
+    return answer
+
+
+async def open_answer(session: aiohttp.ClientSession, backend: Backend, path: str, body: dict[str, Any],
+                      headers: dict[str, str], streaming: bool) -> tuple[aiohttp.ClientResponse, bytes]:
+    """Send a request and wait until it has surely started: a 200 and a non-empty first chunk."""
+    response = None
+    try:
+        response = await session.post(backend.url + path, data=msgspec.json.encode(body), headers=headers)
+        if response.status != 200:
+            raise _status_failure(backend, response.status, await response.content.read(ERROR_BODY_LIMIT))
+        first = await (response.content.readany() if streaming else response.read())
+        if not first:
+            raise _fault(backend, "answered 200 and then closed without a byte")
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        if response is not None:
+            response.close()
+        raise _transport_failure(backend, exc) from None
+    except BaseException:  # failures above and cancellation: never leave the connection open
+        if response is not None:
+            response.close()
+        raise
+    backend.breaker.record_success()
+    return response, first
+
+
+def _status_failure(backend: Backend, status: int, body: bytes) -> UpstreamFailure:
+    failure = UpstreamFailure(backend.url, f"HTTP {status}", status=status, body=body)
+    if failure.is_backend_fault:
+        backend.breaker.record_failure()
+    return failure
+
+
+def _fault(backend: Backend, message: str) -> UpstreamFailure:
+    backend.breaker.record_failure()
+    return UpstreamFailure(backend.url, message)
+
+
+def _transport_failure(backend: Backend, exc: BaseException) -> UpstreamFailure:
+    backend.breaker.record_failure()
+    timed_out = isinstance(exc, asyncio.TimeoutError)
+    message = "timed out" if timed_out else f"{type(exc).__name__}: {exc}"
+    return UpstreamFailure(backend.url, message, timed_out=timed_out)
