@@ -13,6 +13,7 @@ COMMANDS = {
     "clusters": "ascend_pd.cli.catalog:clusters_cmd",
     "models": "ascend_pd.cli.catalog:models_cmd",
     "show": "ascend_pd.cli.catalog:show_cmd",
+    "proxy": "ascend_pd.cli.proxy:proxy_cmd",
 }
 
 
