@@ -14,6 +14,9 @@ COMMANDS = {
     "models": "ascend_pd.cli.catalog:models_cmd",
     "show": "ascend_pd.cli.catalog:show_cmd",
     "proxy": "ascend_pd.cli.proxy:proxy_cmd",
+    "estimate": "ascend_pd.cli.estimate:estimate_cmd",
+    "plan": "ascend_pd.cli.plan:plan_cmd",
+    "simulate": "ascend_pd.cli.simulate:simulate_cmd",
 }
 
 

@@ -1,0 +1,192 @@
+"""The cost model: prefill time, decode step time, memory and KV transfer for one model on one chip and cluster.
+
+Operators are composed from the model's shape and the chip's peaks (ascend_pd/hardware) with the efficiencies of
+calibration.yaml; nothing here names a chip. The planner and the simulator share these estimators.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Sequence
+
+from ascend_pd.hardware import Chip, Cluster
+from ascend_pd.models import ModelSpec, get_quantization
+from ascend_pd.perf.calibration import Calibration, calibration_for
+from ascend_pd.perf.comm import all_reduce_time, all_to_all_time, transfer_time
+from ascend_pd.perf.memory import MemoryFit, memory_fit
+from ascend_pd.perf.shape import Links, Shape, group_link
+
+ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
+DISPATCH_BYTES = 1  # MoE dispatch sends int8-quantized tokens; combine returns bf16
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds per component; `total` is what the step or batch takes (compute and memory overlap)."""
+
+    total: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def accepted_tokens_per_step(mtp: int, acceptance: float) -> float:
+    """Expected tokens a decode step emits with `mtp` draft tokens, each accepted with probability `acceptance`
+    if every earlier draft was: 1 + p + p^2 + ... + p^mtp."""
+    return sum(acceptance**i for i in range(mtp + 1))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    model: ModelSpec
+    chip: Chip
+    cluster: Cluster
+    quantization: str = "bf16"
+    kv_dtype: str = "bf16"
+    calibration: Calibration | None = None
+
+    @cached_property
+    def cal(self) -> Calibration:
+        return self.calibration or calibration_for(self.chip.id)
+
+    @cached_property
+    def _q(self):
+        return get_quantization(self.quantization)
+
+    # --- model quantities ------------------------------------------------------------------------------------
+    @cached_property
+    def _expert_flops_per_token(self) -> float:
+        m = self.model
+        return 2.0 * m.moe.experts_per_token * m.expert_params() * m.moe_layers if m.moe else 0.0
+
+    @cached_property
+    def _other_flops_per_token(self) -> float:
+        return self.model.matmul_flops_per_token() - self._expert_flops_per_token
+
+    @cached_property
+    def _attn_dims(self) -> tuple[float, float]:
+        """(prefill FLOPs per token per context token per layer, decode FLOPs per token per context token per
+        layer): causal MHA-form prefill n_h (d_qk + d_v); decode 2 n_h (d_k + d_v) (MLA absorbed: 2 n_h (2c + r))."""
+        m = self.model
+        if m.mla:
+            prefill = m.num_attention_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim)
+            decode = 2 * m.num_attention_heads * (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+        else:
+            prefill = m.num_attention_heads * 2 * m.head_dim
+            decode = 2 * m.num_attention_heads * 2 * m.head_dim
+        return float(prefill), float(decode)
+
+    def _weights_read(self, shape: Shape, group_tokens: float) -> float:
+        """Bytes of weights one device reads in one forward pass: everything it holds but the embedding table
+        (a lookup), with routed experts counted only if some token of the group is routed to them."""
+        m, q = self.model, self._q
+        routed_total = shared = 0.0
+        if m.moe:
+            per_expert = m.expert_params() * m.moe_layers * q.expert_weight_bytes
+            routed_total = m.moe.num_experts * per_expert
+            shared = m.moe.num_shared_experts * per_expert
+        lookup = m.vocab_size * m.hidden_size * q.embedding_bytes
+        rest = m.weight_bytes(self.quantization) - routed_total - shared - lookup * (0 if m.tie_word_embeddings else 1)
+        routed = routed_total / (shape.ep if shape.ep > 1 else shape.tp)
+        if m.moe:
+            untouched = (1 - m.moe.experts_per_token / m.moe.num_experts) ** group_tokens
+            routed *= 1 - untouched
+        return (rest + shared) / shape.tp + routed
+
+    def _imbalance(self, shape: Shape, group_tokens: float) -> float:
+        """Busiest EP rank's expert work over the mean, for tokens routed at random: loads are near-Poisson with
+        mean m, and the largest of `ep` of them is about m + sqrt(2 m ln ep)."""
+        if not self.model.moe or shape.ep <= 1:
+            return 1.0
+        mean = group_tokens * self.model.moe.experts_per_token / shape.ep
+        return 1.0 + math.sqrt(2 * math.log(shape.ep) / max(mean, 1.0))
+
+    def _compute_time(self, shape: Shape, rank_tokens: float, attention_flops: float, eff: float) -> float:
+        group_tokens = rank_tokens * (shape.dp if shape.ep > 1 else 1)
+        linear = rank_tokens / shape.tp * (self._other_flops_per_token
+                                           + self._expert_flops_per_token * self._imbalance(shape, group_tokens))
+        return (linear / self.chip.peak_flops(self._q.compute_precision)
+                + attention_flops / shape.tp / self.chip.bf16_flops) / eff
+
+    def _collectives(self, shape: Shape, rank_tokens: float, links: Links) -> dict[str, float]:
+        m = self.model
+        hidden_bytes = rank_tokens * m.hidden_size * ACTIVATION_BYTES
+        parts = {"tp_all_reduce": 2 * m.num_layers * all_reduce_time(hidden_bytes, shape.tp, links.tp)}
+        if m.moe and shape.ep > 1:
+            routed_tokens = rank_tokens / shape.tp * m.moe.experts_per_token
+            dispatch = all_to_all_time(routed_tokens * m.hidden_size * DISPATCH_BYTES, shape.ep, links.ep)
+            combine = all_to_all_time(routed_tokens * m.hidden_size * ACTIVATION_BYTES, shape.ep, links.ep)
+            parts["ep_dispatch"] = m.moe_layers * dispatch
+            parts["ep_combine"] = m.moe_layers * combine
+        return parts
+
+    def _launch_time(self) -> float:
+        return self.model.num_layers * self.cal.ops_per_layer * self.cal.memory_op_latency_s
+
+    # --- prefill ---------------------------------------------------------------------------------------------
+    def prefill_time(self, shape: Shape, prompt_lens: Sequence[float]) -> Breakdown:
+        """One prefill step of one DP rank over the prompts `prompt_lens` (every DP rank runs a like batch)."""
+        tokens = float(sum(prompt_lens))
+        attention = self._attn_dims[0] * self.model.num_layers * float(sum(n * n for n in prompt_lens))
+        compute = self._compute_time(shape, tokens, attention, self.cal.prefill_efficiency)
+        group_tokens = tokens * (shape.dp if shape.ep > 1 else 1)
+        memory = self._weights_read(shape, group_tokens) / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency)
+        comm = self._collectives(shape, tokens, Links.on(self.cluster, shape))
+        comm_total = sum(comm.values())
+        busy = max(compute, memory)
+        exposed = max(0.0, comm_total - busy) if self.cal.prefill_overlap else comm_total
+        launch = self._launch_time()
+        parts = {"compute": compute, "weights_read": memory, **comm, "communication_exposed": exposed,
+                 "kernel_launch": launch}
+        return Breakdown(busy + exposed + launch, parts)
+
+    # --- decode ----------------------------------------------------------------------------------------------
+    def decode_step(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0) -> Breakdown:
+        """One decode step of one DP rank holding `batch_per_rank` sequences of mean length `context`; with MTP the
+        step verifies `mtp` draft tokens per sequence and runs the draft layer(s) `mtp` times."""
+        m = self.model
+        rank_tokens = batch_per_rank * (1 + mtp)
+        attention = self._attn_dims[1] * m.num_layers * rank_tokens * context
+        compute = self._compute_time(shape, rank_tokens, attention, self.cal.decode_efficiency)
+        group_tokens = rank_tokens * (shape.dp if shape.ep > 1 else 1)
+        weights = self._weights_read(shape, group_tokens)
+        kv = batch_per_rank * context * m.kv_bytes_per_token_per_device(shape.tp, self.kv_dtype)
+        memory = (weights + kv) / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency)
+        comm = self._collectives(shape, rank_tokens, Links.on(self.cluster, shape))
+        launch = self._launch_time()
+        main = max(compute, memory) + sum(comm.values()) + launch
+        draft = main * mtp * max(1, m.mtp_layers) / m.num_layers if mtp else 0.0
+        parts = {"compute": compute, "weights_read": weights / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency),
+                 "kv_read": kv / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency), **comm,
+                 "kernel_launch": launch, "mtp_draft": draft}
+        return Breakdown(main + draft, parts)
+
+    def tpot(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0,
+             acceptance: float = 0.0) -> float:
+        return self.decode_step(shape, batch_per_rank, context, mtp).total / accepted_tokens_per_step(mtp, acceptance)
+
+    # --- memory ----------------------------------------------------------------------------------------------
+    def memory(self, shape: Shape, gpu_memory_utilization: float = 0.9) -> MemoryFit:
+        return memory_fit(self.model, self.chip, self.quantization, self.kv_dtype, shape.tp, shape.pp, shape.ep,
+                          gpu_memory_utilization)
+
+    def max_decode_batch(self, shape: Shape, tokens_per_sequence: float, gpu_memory_utilization: float = 0.9) -> int:
+        """The most sequences of `tokens_per_sequence` a DP rank's KV cache holds."""
+        return int(self.memory(shape, gpu_memory_utilization).kv_capacity_tokens // max(tokens_per_sequence, 1.0))
+
+    # --- KV transfer -----------------------------------------------------------------------------------------
+    def kv_transfer_time(self, prefill: Shape, tokens: float, span_devices: int) -> float:
+        """Moving one prompt's KV from a prefill rank to decode: each of the rank's TP devices sends its share in
+        parallel, over the tier that joins `span_devices` devices (the P and D instances together)."""
+        link = group_link(self.cluster, span_devices)
+        if link is None:
+            return 0.0
+        nbytes = tokens * self.model.kv_bytes_per_token(self.kv_dtype) / prefill.tp
+        return transfer_time(nbytes, link)
+
+    def kv_exposed_time(self, transfer: float, prefill: float, mode: str) -> float:
+        """The part of the transfer TTFT sees: all of it when pulled after prefill; when pushed layer by layer,
+        only the last layer's share or what outlasts the prefill."""
+        if mode != "push":
+            return transfer
+        return max(transfer / self.model.num_layers, transfer - prefill)
