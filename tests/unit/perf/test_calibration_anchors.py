@@ -1,0 +1,58 @@
+"""The cost model reproduces the two published CloudMatrix384 figures it was calibrated on (within 10%)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ascend_pd.cli.main import cli
+
+PUBLISHED_PREFILL_TOKENS_PER_S_PER_PACKAGE = 5655
+PUBLISHED_DECODE_TOKENS_PER_S_PER_PACKAGE = 1943
+PUBLISHED_DECODE_TPOT_MS = 49.4
+
+
+def estimate(*args: str) -> dict:
+    result = CliRunner().invoke(cli, ["estimate", "--model", "deepseek-r1", "--chip", "910c", "--quant", "w8a8",
+                                      "--format", "json", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_prefill_4k_prompts_16k_tokens_per_package_ep32_matches_published_throughput():
+    # 16,384 tokens per package = 8,192 per die; one prefill instance of 32 dies with EP32.
+    out = estimate("--role", "prefill", "--tp", "1", "--dp", "32", "--ep", "32", "--context", "4096",
+                   "--batch-tokens", "8192")
+    assert out["tokens_per_s_per_package"] == pytest.approx(PUBLISHED_PREFILL_TOKENS_PER_S_PER_PACKAGE, rel=0.10)
+    assert out["fits"]
+
+
+def test_decode_batch_96_per_package_ep320_with_mtp_matches_published_tpot_and_throughput():
+    # 48 sequences per die, 4K prompt + 256 output: the batch reads on average 4096 + 128 tokens.
+    out = estimate("--role", "decode", "--tp", "1", "--dp", "320", "--ep", "320", "--batch-per-device", "48",
+                   "--context", str(4096 + 128), "--mtp", "1", "--mtp-acceptance", "0.7")
+    assert out["tpot_ms"] == pytest.approx(PUBLISHED_DECODE_TPOT_MS, rel=0.10)
+    assert out["tokens_per_s_per_package"] == pytest.approx(PUBLISHED_DECODE_TOKENS_PER_S_PER_PACKAGE, rel=0.10)
+    assert out["fits"]
+
+
+def test_decode_throughput_obeys_littles_law():
+    out = estimate("--role", "decode", "--tp", "1", "--dp", "320", "--ep", "320", "--batch-per-device", "48",
+                   "--context", "4224", "--mtp", "1", "--mtp-acceptance", "0.7")
+    # 96 sequences per package each emit one token every TPOT.
+    assert out["tokens_per_s_per_package"] == pytest.approx(96 / (out["tpot_ms"] / 1e3), rel=1e-6)
+
+
+def test_mla_kv_bytes_per_token_is_latent_plus_rope_over_61_layers_in_bf16():
+    out = estimate("--role", "decode", "--context", "1024", "--dp", "16", "--ep", "16")
+    assert out["kv_bytes_per_token"] == (512 + 64) * 61 * 2
+
+
+def test_refit_reproduces_the_values_in_the_calibration_file():
+    from ascend_pd.perf.calibrate import fit
+    from ascend_pd.perf.calibration import calibration_for
+
+    stored = calibration_for("910c")
+    fitted = fit()
+    assert fitted["prefill_efficiency"] == pytest.approx(stored.prefill_efficiency, abs=2e-3)
+    assert fitted["decode_efficiency"] == pytest.approx(stored.decode_efficiency, abs=2e-3)

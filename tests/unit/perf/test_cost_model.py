@@ -1,0 +1,94 @@
+"""Properties of the cost model's pieces, each checked against a hand computation or a monotonicity property."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ascend_pd.hardware import LinkTier, load_cluster
+from ascend_pd.models import get_model
+from ascend_pd.perf.comm import all_reduce_time, all_to_all_time
+from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
+from ascend_pd.perf.shape import Shape, group_link
+
+CM384 = load_cluster("cloudmatrix384")
+A2 = load_cluster("atlas-800i-a2-x4")
+DSR1 = CostModel(get_model("deepseek-r1"), CM384.chip, CM384, "w8a8", "bf16")
+QWEN = CostModel(get_model("qwen3-32b"), A2.chip, A2, "bf16", "bf16")
+
+
+def test_one_draft_token_accepted_70_percent_emits_1_7_tokens_per_step():
+    assert accepted_tokens_per_step(1, 0.7) == pytest.approx(1.7)
+    assert accepted_tokens_per_step(2, 0.5) == pytest.approx(1 + 0.5 + 0.25)
+    assert accepted_tokens_per_step(0, 0.9) == 1
+
+
+def test_ring_all_reduce_of_8_ranks_moves_7_eighths_twice():
+    link = LinkTier("l", "node", bandwidth=100e9, latency=1e-6, tp_capable=True)
+    # 1 GB: reduce-scatter and all-gather each send 7/8 GB per device at 100 GB/s, with 7 hops each.
+    assert all_reduce_time(1e9, 8, link) == pytest.approx(2 * 0.875e9 / 100e9 + 14e-6)
+
+
+def test_full_mesh_all_reduce_sends_one_slice_per_peer_at_once():
+    link = LinkTier("hccs", "node", bandwidth=56e9, latency=2e-6, tp_capable=True, full_mesh=True)
+    assert all_reduce_time(8e9, 8, link) == pytest.approx(2 * 1e9 / 56e9 + 4e-6)
+
+
+def test_all_to_all_keeps_the_local_share_at_home():
+    link = LinkTier("ub", "superpod", bandwidth=200e9, latency=0.0, tp_capable=True)
+    assert all_to_all_time(4e9, 4, link) == pytest.approx(3e9 / 200e9)
+    assert all_to_all_time(4e9, 1, link) == 0
+
+
+def test_groups_use_the_tightest_tier_that_holds_them():
+    assert group_link(CM384, 2).name == "sio"
+    assert group_link(CM384, 16).name == "hccs-l1"
+    assert group_link(CM384, 320).name == "ub"
+    assert group_link(A2, 8).name == "hccs"
+    assert group_link(A2, 16).name == "roce"
+    assert group_link(A2, 1) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(short=st.integers(16, 32000), extra=st.integers(0, 32000), tp=st.sampled_from([1, 2, 4, 8]))
+def test_longer_prompts_never_lower_ttft(short, extra, tp):
+    shape = Shape(tp=tp)
+    assert QWEN.prefill_time(shape, [short + extra]).total >= QWEN.prefill_time(shape, [short]).total
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 200), more=st.integers(0, 200), context=st.integers(128, 32000))
+def test_bigger_decode_batches_never_step_faster(batch, more, context):
+    shape = Shape(tp=1, dp=32, ep=32)
+    assert DSR1.decode_step(shape, batch + more, context).total >= DSR1.decode_step(shape, batch, context).total
+
+
+def test_small_dense_decode_is_memory_bound_at_the_weight_read_rate():
+    # Qwen3-32B bf16 at TP4, one sequence: each device reads a quarter of ~65.5 GB of weights per step.
+    step = QWEN.decode_step(Shape(tp=4), 1, 1024)
+    weights = get_model("qwen3-32b").weight_bytes("bf16")
+    lookup = 151936 * 5120 * 2
+    hbm = A2.chip.hbm_bandwidth * QWEN.cal.hbm_efficiency
+    assert step.parts["weights_read"] == pytest.approx((weights - lookup) / 4 / hbm, rel=1e-9)
+    assert step.parts["weights_read"] > step.parts["compute"]
+
+
+def test_decode_kv_capacity_shrinks_as_sequences_grow():
+    shape = Shape(tp=4)
+    sizes = [QWEN.max_decode_batch(shape, n) for n in (1024, 2048, 4096, 8192)]
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] >= 1
+    # GQA over TP4 of 8 KV heads: each device holds 2 heads, a quarter of 262,144 B per token.
+    fit = QWEN.memory(shape)
+    assert fit.kv_bytes_per_token == 262144 / 4
+    assert QWEN.max_decode_batch(shape, 1024) == int(fit.kv_capacity_tokens // 1024)
+
+
+def test_pushed_kv_hides_behind_a_longer_prefill_but_pulled_kv_does_not():
+    transfer = DSR1.kv_transfer_time(Shape(tp=8), 4096, 32)
+    assert DSR1.kv_exposed_time(transfer, prefill=1.0, mode="push") == pytest.approx(transfer / 61)
+    assert DSR1.kv_exposed_time(transfer, prefill=1.0, mode="pull") == transfer
+
+
+def test_kv_of_a_4k_prompt_over_roce_matches_bytes_over_bandwidth():
+    # 4096 tokens x 262,144 B of Qwen3-32B from a TP4 rank: a quarter per device over 25 GB/s RoCE + 10 us.
+    seconds = QWEN.kv_transfer_time(Shape(tp=4), 4096, 16)
+    assert seconds == pytest.approx(4096 * 262144 / 4 / 25e9 + 10e-6)
