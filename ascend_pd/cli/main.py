@@ -13,6 +13,8 @@ COMMANDS = {
     "clusters": "ascend_pd.cli.catalog:clusters_cmd",
     "models": "ascend_pd.cli.catalog:models_cmd",
     "show": "ascend_pd.cli.catalog:show_cmd",
+    "render": "ascend_pd.cli.render:render_cmd",
+    "ranktable": "ascend_pd.cli.ranktable:ranktable_cmd",
     "proxy": "ascend_pd.cli.proxy:proxy_cmd",
     "estimate": "ascend_pd.cli.estimate:estimate_cmd",
     "plan": "ascend_pd.cli.plan:plan_cmd",

