@@ -1,0 +1,152 @@
+"""Failure paths over real sockets: retries, failover, re-prefill, cancellation, overload, broken streams."""
+
+import asyncio
+
+import msgspec
+import pytest
+
+from ascend_pd.proxy.settings import Timeouts
+from ascend_pd.proxy.testing import Behaviour
+
+pytestmark = pytest.mark.asyncio
+
+BODY = {"model": "fake-model", "prompt": "one two three four", "max_tokens": 8}
+
+
+def served_by(engine) -> int:
+    return len(engine.received)
+
+
+async def test_failed_prefill_is_retried_on_another_prefill(rig):
+    await rig.start(prefills=2, prefill_policy="round-robin")
+    broken, healthy = rig.prefills
+    broken.fail_next(1)
+    statuses = [(await rig.post(BODY))[0] for _ in range(4)]
+    assert statuses == [200] * 4
+    assert served_by(broken) + served_by(healthy) == 5  # one extra call: the retry
+    assert rig.decodes[0].stale_reads == 0 and rig.decodes[0].recomputes == 0
+    assert 'ascend_pd_proxy_retries_total{kind="prefill"} 1.0' in await rig.metrics()
+
+
+async def test_prefill_answer_without_kv_params_is_an_error_not_a_silent_recompute(rig):
+    await rig.start(prefills=1)
+    rig.prefills[0].omit_kv_params_next()
+    status, body = await rig.post(BODY)
+    assert status == 502
+    assert b"kv_transfer_params" in body
+    assert rig.decodes[0].received == []
+
+
+async def test_when_prefill_fails_decode_is_never_called(rig):
+    await rig.start(prefills=1, prefill_attempts=3)
+    rig.prefills[0].fail_next(10)
+    status, body = await rig.post({**BODY, "stream": True})
+    assert status == 502
+    assert msgspec.json.decode(body)["error"]["type"] == "upstream_error"
+    assert rig.decodes[0].received == []
+
+
+async def test_a_request_the_prefill_refuses_is_passed_back_not_retried(rig):
+    await rig.start(prefills=2)
+    for engine in rig.prefills:
+        engine.fail_next(1, status=400)
+    status, _ = await rig.post(BODY)
+    assert status == 400
+    assert served_by(rig.prefills[0]) + served_by(rig.prefills[1]) == 1
+
+
+async def test_dead_prefill_is_removed_by_health_checks_and_traffic_continues(rig):
+    await rig.start(prefills=2, health_interval=0.05, breaker_failures=2, timeouts=Timeouts(health=0.2))
+    dead, alive = rig.prefills
+    await dead.stop()
+    await asyncio.sleep(0.6)
+    statuses = [(await rig.post(BODY))[0] for _ in range(20)]
+    assert statuses == [200] * 20
+    assert served_by(alive) == 20
+    assert 'ascend_pd_proxy_backend_failures_total{' not in await rig.metrics()  # no request ever hit the dead one
+
+
+async def test_decode_failing_before_its_first_token_means_a_fresh_prefill_on_a_new_pair(rig):
+    await rig.start(prefills=2, decodes=2, decode_policy="round-robin")
+    failing, healthy = rig.decodes
+    failing.fail_next(100)
+    statuses = [(await rig.post({**BODY, "stream": True}))[0] for _ in range(6)]
+    assert statuses == [200] * 6
+    handed_over = [b["kv_transfer_params"]["remote_block_ids"][0] for d in rig.decodes for b in d.received]
+    assert len(handed_over) == len(set(handed_over)), "a D was given kv_transfer_params that were already used"
+    prefill_calls = served_by(rig.prefills[0]) + served_by(rig.prefills[1])
+    assert prefill_calls == 6 + served_by(failing)  # every failed D cost one more prefill
+    assert healthy.stale_reads == 0
+
+
+async def test_client_disconnect_cancels_both_upstream_requests_in_push_mode(rig):
+    await rig.start(mode="push", behaviour=Behaviour(prefill_delay=2.0))
+    request = asyncio.ensure_future(rig.post({**BODY, "stream": True}))
+    await asyncio.sleep(0.3)
+    assert rig.prefills[0].active == 1 and rig.decodes[0].active == 1
+    request.cancel()
+    await asyncio.sleep(0.3)
+    assert rig.prefills[0].cancelled == 1
+    assert rig.decodes[0].cancelled == 1
+    assert rig.proxy.inflight == 0
+
+
+async def test_client_disconnect_during_prefill_cancels_it_and_decode_is_never_called(rig):
+    await rig.start(mode="pull", behaviour=Behaviour(prefill_delay=2.0))
+    request = asyncio.ensure_future(rig.post({**BODY, "stream": True}))
+    await asyncio.sleep(0.3)
+    request.cancel()
+    await asyncio.sleep(0.3)
+    assert rig.prefills[0].cancelled == 1
+    assert rig.decodes[0].received == []
+
+
+async def test_client_disconnect_mid_stream_cancels_decode_and_prefill_holds_no_kv(rig):
+    await rig.start(mode="pull", behaviour=Behaviour(token_delay=0.05))
+    async with rig.session.post(rig.url + "/v1/completions", json={**BODY, "max_tokens": 200, "stream": True}) as r:
+        await r.content.readany()
+    await asyncio.sleep(0.3)
+    assert rig.decodes[0].cancelled == 1
+    assert rig.prefills[0].held_kv == 0
+    assert rig.proxy.pool.by_role("decode")[0].load_tokens == 0
+
+
+async def test_overload_is_answered_429_with_retry_after(rig):
+    await rig.start(max_inflight=2, behaviour=Behaviour(token_delay=0.05))
+    slow = [asyncio.ensure_future(rig.post({**BODY, "max_tokens": 20, "stream": True})) for _ in range(2)]
+    await asyncio.sleep(0.2)
+    async with rig.session.post(rig.url + "/v1/completions", json=BODY) as response:
+        assert response.status == 429
+        assert response.headers["Retry-After"] == "1"
+        assert (await response.json())["error"]["type"] == "rate_limit_exceeded"
+    assert [status for status, _ in await asyncio.gather(*slow)] == [200, 200]
+    assert 'outcome="429"} 1.0' in await rig.metrics()
+
+
+async def test_decode_stream_breaking_midway_ends_with_an_sse_error_event(rig):
+    await rig.start()
+    rig.decodes[0].break_next_stream_after(3)
+    status, body = await rig.post({**BODY, "stream": True})
+    assert status == 200
+    events = [e for e in body.split(b"\n\n") if e]
+    assert len(events) == 4
+    assert b'"error"' in events[-1] and b"[DONE]" not in body
+
+
+async def test_metrics_counters_move_with_traffic(rig):
+    await rig.start()
+    for _ in range(3):
+        await rig.post(BODY)
+    text = await rig.metrics()
+    assert 'ascend_pd_proxy_requests_total{endpoint="/v1/completions",outcome="200"} 3.0' in text
+    assert 'ascend_pd_proxy_prefill_seconds_count 3.0' in text
+    assert 'ascend_pd_proxy_routing_decisions_total{backend="' in text
+
+
+async def test_no_backend_left_is_503_with_retry_after_not_an_empty_200(rig):
+    await rig.start()
+    await rig.decodes[0].stop()
+    rig.proxy.pool.by_role("decode")[0].draining = True
+    async with rig.session.post(rig.url + "/v1/completions", json=BODY) as response:
+        assert response.status == 503
+        assert "Retry-After" in response.headers
