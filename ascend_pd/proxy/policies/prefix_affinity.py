@@ -18,9 +18,9 @@ class PrefixAffinity:
 
     def __init__(self, index: PrefixIndex | None = None, balance_tokens: int = 8192,
                  fallback: LeastLoaded | None = None):
-        self.index = index or PrefixIndex()
+        self.index = index if index is not None else PrefixIndex()
         self.balance_tokens = balance_tokens
-        self._fallback = fallback or LeastLoaded()
+        self._fallback = fallback if fallback is not None else LeastLoaded()
 
     def choose(self, candidates: Sequence[Backend], request: RouteRequest) -> Backend:
         by_url = {b.url: b for b in candidates}
