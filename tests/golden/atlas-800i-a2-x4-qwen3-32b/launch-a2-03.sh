@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Start every serving process of deployment 'qwen3-32b-a2x4' on node a2-03.
+# Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
+# Written by `ascend-pd render`: render again rather than edit.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOG_DIR="${LOG_DIR:-$HERE/logs}"
+RUN_DIR="${RUN_DIR:-$HERE/run}"
+mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+# start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
+# output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+start() {
+  local name="$1"
+  shift
+  local pidfile="$RUN_DIR/$name.pid"
+  if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name is already running (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$pidfile"
+  echo "started $name (pid $!), log $LOG_DIR/$name.log"
+}
+
+# Node a2-03: host 192.168.1.14, interface enp189s0f0.
+export VLLM_HOST_IP=192.168.1.14
+export GLOO_SOCKET_IFNAME=enp189s0f0
+export HCCL_IF_IP=192.168.1.14
+export TP_SOCKET_IFNAME=enp189s0f0
+export HCCL_SOCKET_IFNAME=enp189s0f0
+export OMP_PROC_BIND=false
+export OMP_NUM_THREADS=10
+export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True
+export TASK_QUEUE_ENABLE=1
+export HCCL_OP_EXPANSION_MODE=AIV
+export HCCL_CONNECT_TIMEOUT=120
+export HCCL_EXEC_TIMEOUT=204
+export ACL_OP_INIT_MODE=1
+export ASCEND_CONNECT_TIMEOUT=10000
+export ASCEND_TRANSFER_TIMEOUT=10000
+export ASCEND_AGGREGATE_ENABLE=1
+export VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT=480
+export ASCEND_A3_ENABLE=0
+MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
+export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# decode-1 DP rank 0 (decode): devices 0,1,2,3, http 8100, kv ports 28200-28203, engine decode-1_dp0
+start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
+    vllm serve /models/Qwen3-32B \
+    --host 0.0.0.0 \
+    --port 8100 \
+    --served-model-name qwen3-32b \
+    --tensor-parallel-size 4 \
+    --max-model-len 16384 \
+    --max-num-batched-tokens 512 \
+    --max-num-seqs 32 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 128 \
+    --trust-remote-code \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28200,"engine_id":"decode-1_dp0","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
+    --additional-config '{}'
+
+# decode-1 DP rank 1 (decode): devices 4,5,6,7, http 8101, kv ports 28204-28207, engine decode-1_dp1
+start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=600 \
+    vllm serve /models/Qwen3-32B \
+    --host 0.0.0.0 \
+    --port 8101 \
+    --served-model-name qwen3-32b \
+    --tensor-parallel-size 4 \
+    --max-model-len 16384 \
+    --max-num-batched-tokens 512 \
+    --max-num-seqs 32 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 128 \
+    --trust-remote-code \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28204,"engine_id":"decode-1_dp1","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
+    --additional-config '{}'

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Start the ascend-pd proxy of deployment 'dsr1-cm384' on node cm0-n00; it reads its backends from deployment.yaml.
+# Written by `ascend-pd render`: render again rather than edit.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOG_DIR="${LOG_DIR:-$HERE/logs}"
+RUN_DIR="${RUN_DIR:-$HERE/run}"
+mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+# start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
+# output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+start() {
+  local name="$1"
+  shift
+  local pidfile="$RUN_DIR/$name.pid"
+  if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name is already running (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$pidfile"
+  echo "started $name (pid $!), log $LOG_DIR/$name.log"
+}
+
+# The proxy listens on 192.168.16.11:8080.
+start proxy ascend-pd proxy --deployment "$HERE/deployment.yaml" --host 192.168.16.11 --port 8080

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Start every serving process of deployment 'dsr1-cm384x2' on node cm1-n01.
+# Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
+# Written by `ascend-pd render`: render again rather than edit.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOG_DIR="${LOG_DIR:-$HERE/logs}"
+RUN_DIR="${RUN_DIR:-$HERE/run}"
+mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+# start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
+# output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+start() {
+  local name="$1"
+  shift
+  local pidfile="$RUN_DIR/$name.pid"
+  if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name is already running (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$pidfile"
+  echo "started $name (pid $!), log $LOG_DIR/$name.log"
+}
+
+# Node cm1-n01: host 192.168.17.12, interface enp189s0f0.
+export VLLM_HOST_IP=192.168.17.12
+export GLOO_SOCKET_IFNAME=enp189s0f0
+export HCCL_IF_IP=192.168.17.12
+export TP_SOCKET_IFNAME=enp189s0f0
+export HCCL_SOCKET_IFNAME=enp189s0f0
+export OMP_PROC_BIND=false
+export OMP_NUM_THREADS=10
+export PYTORCH_NPU_ALLOC_CONF=expandable_segments:True
+export TASK_QUEUE_ENABLE=1
+export HCCL_OP_EXPANSION_MODE=AIV
+export HCCL_CONNECT_TIMEOUT=120
+export HCCL_EXEC_TIMEOUT=204
+export ACL_OP_INIT_MODE=1
+export ASCEND_CONNECT_TIMEOUT=10000
+export ASCEND_TRANSFER_TIMEOUT=10000
+export ASCEND_AGGREGATE_ENABLE=1
+export VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT=480
+export ASCEND_A3_ENABLE=1
+MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
+export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# prefill-3 DP rank 0 (prefill): devices 0,1,2,3,4,5,6,7, http 8000, kv ports 36000-36007, engine prefill-3_dp0
+start prefill-3-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=256 \
+    vllm serve /models/DeepSeek-R1-W8A8 \
+    --host 0.0.0.0 \
+    --port 8000 \
+    --served-model-name deepseek-r1 \
+    --tensor-parallel-size 8 \
+    --data-parallel-size 2 \
+    --data-parallel-rank 0 \
+    --data-parallel-address 192.168.17.12 \
+    --data-parallel-rpc-port 18000 \
+    --enable-expert-parallel \
+    --max-model-len 32768 \
+    --max-num-batched-tokens 16384 \
+    --max-num-seqs 4 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 128 \
+    --trust-remote-code \
+    --quantization ascend \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-3","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --additional-config '{"enable_shared_expert_dp":true}'
+
+# prefill-3 DP rank 1 (prefill): devices 8,9,10,11,12,13,14,15, http 8001, kv ports 36008-36015, engine prefill-3_dp1
+start prefill-3-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUFFSIZE=256 \
+    vllm serve /models/DeepSeek-R1-W8A8 \
+    --host 0.0.0.0 \
+    --port 8001 \
+    --served-model-name deepseek-r1 \
+    --tensor-parallel-size 8 \
+    --data-parallel-size 2 \
+    --data-parallel-rank 1 \
+    --data-parallel-address 192.168.17.12 \
+    --data-parallel-rpc-port 18000 \
+    --enable-expert-parallel \
+    --max-model-len 32768 \
+    --max-num-batched-tokens 16384 \
+    --max-num-seqs 4 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 128 \
+    --trust-remote-code \
+    --quantization ascend \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-3","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --additional-config '{"enable_shared_expert_dp":true}'

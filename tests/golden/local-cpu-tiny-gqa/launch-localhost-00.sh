@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Start every serving process of deployment 'tiny-gqa-cpu' on node localhost-00.
+# Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
+# Written by `ascend-pd render`: render again rather than edit.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOG_DIR="${LOG_DIR:-$HERE/logs}"
+RUN_DIR="${RUN_DIR:-$HERE/run}"
+mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+# start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
+# output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+start() {
+  local name="$1"
+  shift
+  local pidfile="$RUN_DIR/$name.pid"
+  if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name is already running (pid $(cat "$pidfile"))"
+    return 0
+  fi
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo "$!" >"$pidfile"
+  echo "started $name (pid $!), log $LOG_DIR/$name.log"
+}
+
+# Node localhost-00: host 127.0.0.1, interface lo.
+export VLLM_HOST_IP=127.0.0.1
+export GLOO_SOCKET_IFNAME=lo
+
+# prefill-0 DP rank 0 (prefill): devices 0, http 8100, kv ports 26000, engine prefill-0
+start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0 \
+    python3 -m vllm.entrypoints.openai.api_server \
+    --model models/tiny-llama-gqa \
+    --host 0.0.0.0 \
+    --port 8100 \
+    --served-model-name tiny-llama-gqa \
+    --tensor-parallel-size 1 \
+    --max-model-len 1024 \
+    --max-num-batched-tokens 1024 \
+    --max-num-seqs 8 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 16 \
+    --trust-remote-code \
+    --enforce-eager \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'
+
+# decode-0 DP rank 0 (decode): devices 1, http 8200, kv ports 26100, engine decode-0
+start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=1 \
+    python3 -m vllm.entrypoints.openai.api_server \
+    --model models/tiny-llama-gqa \
+    --host 0.0.0.0 \
+    --port 8200 \
+    --served-model-name tiny-llama-gqa \
+    --tensor-parallel-size 1 \
+    --max-model-len 1024 \
+    --max-num-batched-tokens 1024 \
+    --max-num-seqs 8 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 16 \
+    --trust-remote-code \
+    --enforce-eager \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":26100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'

@@ -1,0 +1,70 @@
+"""kv_transfer_config carries the fields each connector reads, and this project's connector accepts what we write."""
+
+import pytest
+
+from ascend_pd.connector.config import parse_config
+
+from .conftest import plan_of
+
+
+def configs(plan):
+    return {p.name: p.kv_config for p in plan.processes()}
+
+
+def test_vllm_ascend_pull_uses_mooncake_connector_v1_with_both_shapes(a3_example):
+    kv = configs(plan_of(a3_example))
+    assert kv["prefill-0-dp1"] == {
+        "kv_connector": "MooncakeConnectorV1",
+        "kv_role": "kv_producer",
+        "kv_port": 36000,
+        "engine_id": "prefill-0",
+        "kv_connector_extra_config": {"prefill": {"tp_size": 8, "dp_size": 2}, "decode": {"tp_size": 1, "dp_size": 32}},
+    }
+    assert kv["decode-0-dp31"]["kv_role"] == "kv_consumer"
+    assert kv["decode-0-dp31"]["kv_port"] == 36100
+
+
+def test_vllm_ascend_push_uses_the_layerwise_connector(a3_example):
+    a3_example["connector"]["mode"] = "push"
+    kv = configs(plan_of(a3_example))
+    assert {c["kv_connector"] for c in kv.values()} == {"MooncakeLayerwiseConnector"}
+
+
+def test_vllm_ascend_gets_no_module_path_and_ascend_pd_gets_its_own(a3_example, cm384_example):
+    assert all("kv_connector_module_path" not in c for c in configs(plan_of(a3_example)).values())
+    assert {c["kv_connector_module_path"] for c in configs(plan_of(cm384_example)).values()} == {"ascend_pd.connector"}
+
+
+def test_ascend_pd_connector_config_names_mode_protocol_and_shapes(cm384_example):
+    kv = configs(plan_of(cm384_example))
+    assert kv["decode-0-dp0"] == {
+        "kv_connector": "AscendPDConnector",
+        "kv_connector_module_path": "ascend_pd.connector",
+        "kv_role": "kv_consumer",
+        "kv_port": 36100,
+        "engine_id": "decode-0",
+        "kv_connector_extra_config": {"mode": "push", "protocol": "ascend",
+                                      "prefill": {"tp_size": 8, "dp_size": 2},
+                                      "decode": {"tp_size": 1, "dp_size": 32}},
+    }
+
+
+@pytest.mark.parametrize("fixture", ["cm384_example", "cpu_example", "a2_example"])
+def test_the_connector_parses_every_config_render_writes(fixture, request):
+    """The side-channel port the connector derives for TP rank 0 is the one the plan lists for the process."""
+    plan = plan_of(request.getfixturevalue(fixture))
+    for process in plan.processes():
+        kv = process.kv_config
+        config = parse_config(kv["kv_role"], kv["engine_id"], kv["kv_port"], kv["kv_connector_extra_config"])
+        # vLLM hands a DP engine its global rank; a stand-alone engine (dense model) is rank 0 of its own.
+        vllm_dp_rank = process.dp_rank if "--data-parallel-rank" in process.argv else 0
+        assert config.side_channel_port(vllm_dp_rank, 0) == process.kv_port
+        assert config.role == process.role
+
+
+def test_colocated_instances_get_no_kv_transfer_config(cpu_example):
+    cpu_example["instances"] = [cpu_example["instances"][0]]
+    cpu_example["instances"][0]["role"] = "colocated"
+    process, = plan_of(cpu_example).processes()
+    assert process.kv_config is None
+    assert "--kv-transfer-config" not in process.argv
