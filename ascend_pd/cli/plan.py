@@ -1,0 +1,192 @@
+"""`ascend-pd plan`: search P/D (or colocated) deployments for a model, workload and SLO; write the plan files."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from ascend_pd.cli.common import input_errors_exit_2
+
+PROGRESS_AFTER_S = 1.0
+
+
+def workload_options(fn):
+    """Workload and SLO flags shared by `plan` and `simulate`."""
+    options = [
+        click.option("--workload", "workload_file", type=click.Path(dir_okay=False),
+                     help="YAML with `workload:` (and optional `slo:`) as in deployment.yaml, or a JSONL trace of "
+                          "{input_tokens, output_tokens}"),
+        click.option("--input-mean", type=click.FloatRange(min=1), help="mean prompt tokens"),
+        click.option("--input-p99", type=click.FloatRange(min=1), help="99th percentile of prompt tokens"),
+        click.option("--input-dist", type=click.Choice(["fixed", "normal", "lognormal"]), help="prompt length shape"),
+        click.option("--output-mean", type=click.FloatRange(min=1), help="mean output tokens"),
+        click.option("--output-p99", type=click.FloatRange(min=1), help="99th percentile of output tokens"),
+        click.option("--output-dist", type=click.Choice(["fixed", "normal", "lognormal"]), help="output length shape"),
+        click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="arrival rate, requests/s"),
+        click.option("--ttft-ms", type=click.FloatRange(min=0, min_open=True), help="TTFT SLO"),
+        click.option("--tpot-ms", type=click.FloatRange(min=0, min_open=True), help="TPOT SLO"),
+        click.option("--attainment", type=click.FloatRange(0, 1, min_open=True),
+                     help="share of requests that must meet both SLOs"),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def build_workload(base, base_slo, workload_file, input_mean, input_p99, input_dist, output_mean, output_p99,
+                   output_dist, rate, ttft_ms, tpot_ms, attainment):
+    """Start from `base` (and `base_slo`), take the file's workload if given, then apply each flag."""
+    from ascend_pd.planner.workload_file import read_workload
+
+    workload, slo = base, base_slo
+    if workload_file:
+        workload, file_slo = read_workload(workload_file, rate)
+        slo = file_slo or slo
+
+    def lengths(dist, mean, p99, shape):
+        if mean is None and p99 is None and shape is None:
+            return dist
+        update = {k: v for k, v in (("mean", mean), ("p99", p99), ("distribution", shape)) if v is not None}
+        if p99 is not None:
+            update["std"] = None
+        return dist.model_copy(update=update)
+
+    workload = workload.model_copy(update={
+        "input_tokens": lengths(workload.input_tokens, input_mean, input_p99, input_dist),
+        "output_tokens": lengths(workload.output_tokens, output_mean, output_p99, output_dist),
+        **({"rate": rate} if rate else {})})
+    slo = slo.model_copy(update={k: v for k, v in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms),
+                                                   ("attainment", attainment)) if v is not None})
+    return workload, slo
+
+
+class _LazyProgress:
+    """A rich progress bar that appears only once the search has run for a second."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.started = time.perf_counter()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        if not self.enabled or time.perf_counter() - self.started < PROGRESS_AFTER_S:
+            return
+        if self.bar is None:
+            from rich.progress import Progress
+
+            self.bar = Progress(transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("evaluating instance shapes", total=total)
+        self.bar.update(self.task, completed=done, description=f"evaluating {label}")
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@click.command("plan")
+@click.option("--model", required=True, help="catalog id (`ascend-pd models`) or a directory holding config.json")
+@click.option("--cluster", default=None, help="shipped cluster name or cluster YAML path (default: cloudmatrix384)")
+@click.option("--quant", type=click.Choice(["bf16", "w8a8", "w4a8"]), default=None,
+              help="weight quantization (default: w8a8 for models whose bf16 weights exceed half a node, else bf16)")
+@click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True)
+@workload_options
+@click.option("--devices", type=click.IntRange(min=1), default=None,
+              help="device budget (default: the whole cluster); with --rate the planner uses the fewest devices")
+@click.option("--mtp", type=click.IntRange(min=0), default=None,
+              help="MTP draft tokens per decode step (default: the model's MTP layers)")
+@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=0.7, show_default=True)
+@click.option("--kv-mode", type=click.Choice(["push", "pull"]), default="push", show_default=True,
+              help="how KV moves P -> D: pushed layer by layer during prefill, or pulled after it")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write deployment.yaml, plan.json, report.md, pareto.csv and pareto.png here")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@input_errors_exit_2
+def plan_cmd(model, cluster, quant, kv_dtype, workload_file, input_mean, input_p99, input_dist, output_mean,
+             output_p99, output_dist, rate, ttft_ms, tpot_ms, attainment, devices, mtp, mtp_acceptance, kv_mode,
+             out_dir, fmt) -> None:
+    """Plan a deployment of MODEL on a cluster for a workload and SLO.
+
+    Without workload flags the default workload is prompts lognormal (mean 4000, p99 16000 tokens), outputs
+    lognormal (mean 500, p99 2000), SLO TTFT 2000 ms, TPOT 50 ms, 90% attainment. With --rate (and no
+    --devices) the plan uses the fewest devices that sustain that rate; otherwise it maximises goodput on the
+    budget. The cost model is calibrated on DeepSeek-R1 on CloudMatrix384 only.
+    """
+    from ascend_pd.perf.context import cost_model
+    from ascend_pd.planner.plan import PlanInputs, make_plan
+    from ascend_pd.planner.report import plan_json, write_outputs
+    from ascend_pd.planner.workload import DEFAULT_SLO, DEFAULT_WORKLOAD
+
+    workload, slo = build_workload(DEFAULT_WORKLOAD, DEFAULT_SLO, workload_file, input_mean, input_p99, input_dist,
+                                   output_mean, output_p99, output_dist, rate, ttft_ms, tpot_ms, attainment)
+    cost = cost_model(model, cluster, None, quant, kv_dtype)
+    target = rate if rate and not devices else None
+    progress = _LazyProgress(fmt == "text")
+    try:
+        outcome = make_plan(cost, PlanInputs(workload=workload, slo=slo, devices=devices, rate=target, mtp=mtp,
+                                             mtp_acceptance=mtp_acceptance, kv_mode=kv_mode,
+                                             cluster_ref=cluster or cost.cluster.name), progress)
+    finally:
+        progress.stop()
+    data = write_outputs(cost, outcome, Path(out_dir)) if out_dir else plan_json(cost, outcome)
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2))
+    else:
+        _print_plan(data, out_dir)
+
+
+def _print_plan(data: dict, out_dir: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    p = data["predicted"]
+    w = data["workload"]
+    console.print(f"[bold]{data['model']}[/bold] ({data['quantization']}) on [bold]{data['cluster']}[/bold], "
+                  f"budget {data['device_budget']} devices; prompts mean {w['input_tokens']['mean']:g}, outputs mean "
+                  f"{w['output_tokens']['mean']:g} tokens; SLO TTFT {data['slo']['ttft_ms']:g} ms, TPOT "
+                  f"{data['slo']['tpot_ms']:g} ms at {data['slo']['attainment']:.0%}")
+    table = Table(title=f"Plan: {data['kind']}")
+    for column in ("role", "instances", "parallel", "devices", "batch / rank", "req/s each"):
+        table.add_column(column, justify="right" if column != "role" else "left")
+    for role in ("prefill", "decode", "colocated"):
+        part = data[role]
+        if part:
+            s = part["parallel"]
+            table.add_row(role, str(part["count"]), f"TP{s['tp']} DP{s['dp']} EP{s['ep']}",
+                          str(part["count"] * part["devices_per_instance"]), str(part.get("batch_per_rank", "-")),
+                          f"{part['rate_rps_per_instance']:.2f}")
+    console.print(table)
+    figures = Table(title="Predicted at the design rate")
+    figures.add_column("figure")
+    figures.add_column("value", justify="right")
+    for name, value in (("sustained rate", f"{p['max_rate_rps']:.2f} req/s"),
+                        ("goodput", f"{p['goodput_rps']:.2f} req/s"),
+                        ("goodput per device", f"{p['goodput_per_device']:.4f} req/s"),
+                        ("SLO attainment", f"{p['slo_attainment']:.1%}"),
+                        ("TTFT p50 / p90 / p99", f"{p['ttft_ms']['p50']:.0f} / {p['ttft_ms']['p90']:.0f} / "
+                                                 f"{p['ttft_ms']['p99']:.0f} ms"),
+                        ("TPOT", f"{p['tpot_ms']:.1f} ms"),
+                        ("output tokens/s per device", f"{p['output_tokens_per_s_per_device']:.1f}"),
+                        ("devices used", str(p["devices"]))):
+        figures.add_row(name, value)
+    console.print(figures)
+    cmp = data["comparison"]
+    if cmp.get("advantage") is not None:
+        console.print(f"{cmp['chosen']} beats the best "
+                      f"{'colocated' if cmp['chosen'] == 'disaggregated' else 'disaggregated'} deployment on the "
+                      f"same devices by {cmp['advantage']:.0%} per device "
+                      f"({cmp['disaggregated_rate_rps']:.2f} vs {cmp['colocated_rate_rps']:.2f} req/s).")
+    alts = Table(title="Alternatives")
+    for column in ("configuration", "req/s", "devices", "req/s per device"):
+        alts.add_column(column)
+    for alt in data["alternatives"]:
+        alts.add_row(alt["label"], f"{alt['rate_rps']:.2f}", str(alt["devices"]), f"{alt['rate_rps_per_device']:.4f}")
+    console.print(alts)
+    console.print(f"searched in {data['search_seconds']:.1f} s")
+    if out_dir:
+        console.print(f"wrote {out_dir}/deployment.yaml, plan.json, report.md, pareto.csv, pareto.png")
