@@ -1,0 +1,110 @@
+"""The connector's settings, read once from vLLM's kv_transfer_config and checked with errors that name the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ascend_pd.errors import InputError
+
+SOURCE = "kv_transfer_config"
+MODES = ("pull", "push")
+PROTOCOLS = ("ascend", "tcp", "rdma")
+ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
+
+
+@dataclass(frozen=True)
+class ParallelShape:
+    """The tensor- and data-parallel sizes of one side (prefill or decode)."""
+
+    tp_size: int
+    dp_size: int
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """Everything the scheduler and worker sides need from kv_transfer_config."""
+
+    role: Literal["prefill", "decode"]
+    mode: Literal["pull", "push"]
+    protocol: Literal["ascend", "tcp", "rdma"]
+    engine_id: str
+    kv_port: int
+    prefill: ParallelShape
+    decode: ParallelShape
+    # P keeps a finished request's blocks this long when no decode instance comes to read them (pull).
+    abort_timeout_s: float = 480.0
+    # D gives up on a push whose senders have not all reported by then and recomputes the prompt.
+    push_timeout_s: float = 120.0
+    handshake_retries: int = 5
+    handshake_backoff_s: float = 0.2
+
+    @property
+    def is_producer(self) -> bool:
+        return self.role == "prefill"
+
+    @property
+    def local(self) -> ParallelShape:
+        return self.prefill if self.is_producer else self.decode
+
+    @property
+    def remote(self) -> ParallelShape:
+        return self.decode if self.is_producer else self.prefill
+
+    def side_channel_port(self, dp_rank: int, tp_rank: int) -> int:
+        """kv_port + dp_rank * tp + tp_rank: each worker of an instance has its own port."""
+        return self.kv_port + dp_rank * self.local.tp_size + tp_rank
+
+
+def _fail(field: str, message: str, fix: str) -> InputError:
+    return InputError(message, file=SOURCE, field=field, fix=fix)
+
+
+def _positive_int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit() or int(value) < 1:
+        raise _fail(field, f"expected a positive integer, got {value!r}", f"set {field} to an integer >= 1")
+    return int(value)
+
+
+def _positive_float(extra: dict, key: str, default: float) -> float:
+    value = extra.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _fail(f"kv_connector_extra_config.{key}", f"expected a positive number of seconds, got {value!r}",
+                    f"set {key} to a number > 0 or leave it out (default {default})")
+    return float(value)
+
+
+def _shape(extra: dict, side: str) -> ParallelShape:
+    section = extra.get(side)
+    field = f"kv_connector_extra_config.{side}"
+    if not isinstance(section, dict):
+        raise _fail(field, f"missing the {side} instance's parallel shape",
+                    f'add "{side}": {{"tp_size": N, "dp_size": M}} (ascend-pd render writes it from deployment.yaml)')
+    return ParallelShape(tp_size=_positive_int(section.get("tp_size"), f"{field}.tp_size"),
+                         dp_size=_positive_int(section.get("dp_size", 1), f"{field}.dp_size"))
+
+
+def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra: dict | None) -> ConnectorConfig:
+    """Build the config from the kv_transfer_config fields; raise InputError naming the bad field."""
+    if kv_role not in ROLES:
+        raise _fail("kv_role", f"AscendPDConnector needs kv_role kv_producer or kv_consumer, got {kv_role!r}",
+                    "prefill instances use kv_producer, decode instances kv_consumer")
+    extra = dict(extra or {})
+    mode = extra.get("mode", "pull")
+    if mode not in MODES:
+        raise _fail("kv_connector_extra_config.mode", f"unknown mode {mode!r}", "use pull or push")
+    protocol = extra.get("protocol", "tcp")
+    if protocol not in PROTOCOLS:
+        raise _fail("kv_connector_extra_config.protocol", f"unknown protocol {protocol!r}",
+                    "use ascend on NPUs, rdma on RoCE hosts, tcp anywhere else")
+    if not engine_id:
+        raise _fail("engine_id", "engine_id is empty", "give every instance a unique engine_id")
+    port = _positive_int(kv_port, "kv_port")
+    if port > 65535:
+        raise _fail("kv_port", f"port {port} is above 65535", "pick a kv_port below 65536 - dp*tp")
+    return ConnectorConfig(
+        role=ROLES[kv_role], mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
+        prefill=_shape(extra, "prefill"), decode=_shape(extra, "decode"),
+        abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
+        push_timeout_s=_positive_float(extra, "push_timeout_s", ConnectorConfig.push_timeout_s),
+    )

@@ -1,0 +1,120 @@
+"""AscendPDConnector: the KVConnectorBase_V1 facade vLLM loads; it hands each call to the scheduler or worker side."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
+                                                               KVConnectorRole)
+from vllm.utils.network_utils import get_ip
+
+from ascend_pd.connector.config import parse_config
+from ascend_pd.connector.metadata import AscendPDMetadata
+from ascend_pd.connector.scheduler import make_scheduler_side
+from ascend_pd.connector.stats import AscendPDStats
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+logger = logging.getLogger(__name__)
+
+_MIB = 1 << 20
+
+# The metadata module stays free of vLLM so the worker and scheduler sides can be driven without an engine.
+KVConnectorMetadata.register(AscendPDMetadata)
+
+
+class AscendPDConnector(KVConnectorBase_V1):
+    """Moves prompt KV from prefill to decode instances, by pull (D reads) or layered push (P writes)."""
+
+    def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        transfer = vllm_config.kv_transfer_config
+        extra = transfer.kv_connector_extra_config or {}
+        self.config = parse_config(transfer.kv_role, transfer.engine_id, transfer.kv_port, extra)
+        host = get_ip()
+        dp_rank = vllm_config.parallel_config.data_parallel_rank
+        self.scheduler_side = None
+        self.worker_side = None
+        if role == KVConnectorRole.SCHEDULER:
+            self.scheduler_side = make_scheduler_side(self.config, host, dp_rank,
+                                                      vllm_config.cache_config.block_size)
+            return
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        from vllm.platforms import current_platform
+
+        model = vllm_config.model_config
+        worker_class = _worker_class(self.config.mode)
+        self.worker_side = worker_class(
+            self.config, host, get_tensor_model_parallel_rank(), dp_rank,
+            num_kv_heads=model.get_total_num_kv_heads(), is_mla=model.use_mla,
+            # vLLM's CPU attention keeps a block as [heads, tokens, 2 * head_size]; NPUs and GPUs use NHD.
+            heads_outer=current_platform.is_cpu(),
+            staging_bytes=int(extra.get("staging_mib", 64)) * _MIB)
+
+    # ---- worker side ----
+    def _metadata(self) -> AscendPDMetadata:
+        metadata = self._get_connector_metadata()
+        assert isinstance(metadata, AscendPDMetadata)
+        self.worker_side.on_metadata(metadata)
+        return metadata
+
+    def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
+        self.worker_side.register_kv_caches(kv_caches)
+
+    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+        self._metadata()
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads finish before vLLM schedules the request (async hits)
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        self.worker_side.save_kv_layer(layer_name, self._metadata())
+
+    def wait_for_save(self) -> None:
+        self.worker_side.wait_for_save(self._metadata())
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        sending, recving = self.worker_side.get_finished()
+        return sending or None, recving or None
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return self.worker_side.take_failed_blocks()
+
+    def get_kv_connector_stats(self) -> AscendPDStats | None:
+        tally = self.worker_side.take_stats() if self.worker_side else None
+        return AscendPDStats(data=tally.data) if tally else None
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> AscendPDStats | None:
+        return AscendPDStats(data=data) if data else AscendPDStats()
+
+    def shutdown(self) -> None:
+        if self.worker_side is not None:
+            self.worker_side.shutdown()
+
+    # ---- scheduler side ----
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+        return self.scheduler_side.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
+        self.scheduler_side.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> AscendPDMetadata:
+        return self.scheduler_side.build_connector_meta(scheduler_output)
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self.scheduler_side.request_finished(request, block_ids)
+
+
+def _worker_class(mode: str):
+    if mode == "pull":
+        from ascend_pd.connector.pull_worker import PullWorker
+        return PullWorker
+    from ascend_pd.connector.push_worker import PushWorker
+    return PushWorker

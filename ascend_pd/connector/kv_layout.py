@@ -1,0 +1,63 @@
+"""How a worker's KV cache tensors look to the transfer code: one plane per registered tensor, in layer order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_pd.connector.messages import PlaneInfo
+
+
+@dataclass(frozen=True)
+class CachePlane:
+    """One cache tensor viewed as [num_blocks, a, b, c], with the addresses the peers need."""
+
+    layer: str
+    tensor: Any  # torch.Tensor, 4-D: [nb, bs, heads, dim] (NHD) or [nb, heads, bs, dim] (heads outer)
+    info: PlaneInfo
+    block_size: int
+
+
+def _plane(layer: str, tensor, heads_outer: bool) -> CachePlane:
+    if tensor.dim() == 3:  # MLA latent cache [nb, bs, width]: one head that every rank holds
+        tensor = tensor.unsqueeze(1 if heads_outer else 2)
+    if tensor.dim() != 4:
+        raise ValueError(f"layer {layer}: cannot read a KV cache of shape {tuple(tensor.shape)}; expected "
+                         "[num_blocks, block_size, heads, head_dim], a (K, V) pair of those, [2, ...] of them, "
+                         "or an MLA cache [num_blocks, block_size, width]")
+    if not tensor[0].is_contiguous():
+        raise ValueError(f"layer {layer}: the blocks of cache {tuple(tensor.shape)} are not contiguous in memory")
+    heads, block_size = (tensor.shape[1], tensor.shape[2]) if heads_outer else (tensor.shape[2], tensor.shape[1])
+    element = tensor.element_size()
+    info = PlaneInfo(base_addr=tensor.data_ptr(), num_blocks=tensor.shape[0],
+                     block_stride=tensor.stride(0) * element, block_len=tensor[0].numel() * element,
+                     num_heads=heads, heads_outer=heads_outer)
+    return CachePlane(layer=layer, tensor=tensor, info=info, block_size=block_size)
+
+
+def cache_planes(kv_caches: dict[str, Any], heads_outer: bool = False) -> list[CachePlane]:
+    """Split vLLM's per-layer caches into planes: a (K, V) tuple or a [2, ...] tensor gives two, MLA gives one.
+
+    heads_outer says that a 4-D cache is [num_blocks, heads, block_size, dim] (vLLM's CPU attention layout,
+    K and V side by side in dim) rather than NHD [num_blocks, block_size, heads, dim] (Ascend, upstream).
+    """
+    planes = []
+    for layer, cache in kv_caches.items():
+        if isinstance(cache, (tuple, list)):
+            parts = list(cache)
+        elif cache.dim() == 5 and cache.shape[0] == 2:
+            parts = [cache[0], cache[1]]
+        else:
+            parts = [cache]
+        planes.extend(_plane(layer, part, heads_outer) for part in parts)
+    if not planes:
+        raise ValueError("no KV cache tensors to register")
+    sizes = {plane.block_size for plane in planes}
+    if len(sizes) != 1:
+        raise ValueError(f"KV cache planes disagree on the block size: {sorted(sizes)}")
+    return planes
+
+
+def registration_regions(planes: list[CachePlane]) -> list[tuple[int, int]]:
+    """(address, bytes) of each plane's whole allocation, for Transport.register to merge."""
+    return [(p.info.base_addr, p.info.block_stride * (p.info.num_blocks - 1) + p.info.block_len) for p in planes]

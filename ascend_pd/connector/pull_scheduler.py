@@ -1,0 +1,77 @@
+"""Scheduler side of pull mode: P keeps finished prompts' blocks and names them; D schedules reads of them."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ascend_pd.connector.metadata import PullRecv
+from ascend_pd.connector.scheduler import SchedulerSide, prompt_tokens_to_load
+
+if TYPE_CHECKING:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+def _wants_pull(params: dict | None) -> bool:
+    return bool(params and params.get("do_remote_prefill") and params.get("remote_block_ids"))
+
+
+class PullScheduler(SchedulerSide):
+
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+        if not _wants_pull(request.kv_transfer_params):
+            return 0, False
+        return prompt_tokens_to_load(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
+        params = request.kv_transfer_params
+        if not _wants_pull(params):
+            return
+        local = blocks.get_unhashed_block_ids() if num_external_tokens > 0 else []
+        self._queue_recv(request, local)
+        params["do_remote_prefill"] = False  # the read is scheduled once, even if vLLM calls again
+
+    def _queue_recv(self, request: Request, local: list[int]) -> None:
+        params = request.kv_transfer_params
+        peer = self.peer_of(params)
+        if peer is None:
+            return
+        remote = list(params["remote_block_ids"])
+        # Local prefix-cache hits cover the first blocks; the read fills the rest, aligned at the tail.
+        count = min(len(local), len(remote))
+        self._next.pull_recv.append(PullRecv(
+            request_id=request.request_id, remote_request_id=str(params.get("remote_request_id", "")),
+            peer=peer, local_block_ids=list(local[:count]), remote_block_ids=remote[len(remote) - count:]))
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        from vllm.v1.request import RequestStatus
+
+        params = request.kv_transfer_params
+        if not params:
+            return False, None
+        if _wants_pull(params):
+            # Decode side, finished (aborted) before blocks were allocated: P must still hear it can free.
+            self._queue_recv(request, [])
+            params["do_remote_prefill"] = False
+            return False, None
+        if not params.get("do_remote_decode"):
+            return False, None
+        if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED) \
+                or not block_ids:
+            return False, None
+        self._next.held[request.request_id] = self.config.abort_timeout_s
+        return True, {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_engine_id": self.config.engine_id,
+            "remote_request_id": request.request_id,
+            "remote_host": self.host,
+            "remote_port": self.side_channel_port,
+            "remote_tp_size": self.config.local.tp_size,
+            "remote_block_ids": list(block_ids),
+            "remote_block_size": self.block_size,
+            "remote_num_tokens": request.num_computed_tokens,
+        }

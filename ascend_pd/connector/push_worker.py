@@ -1,0 +1,308 @@
+"""Worker side of push mode: P writes each layer's blocks to D as soon as they exist; D waits for every sender."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ascend_pd import kernels
+from ascend_pd.connector import messages, side_channel
+from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
+from ascend_pd.connector.routes import LayoutMismatch, check_compatible, direct_copies, route, transpose_split
+from ascend_pd.connector.transport import Span
+from ascend_pd.connector.worker import WorkerSide
+
+logger = logging.getLogger(__name__)
+
+_Job = tuple[list[int], int, int]  # plane indices (one layer), prompt block range [first, stop)
+
+
+@dataclass
+class _Target:
+    """One decode rank this prefill rank writes to for a transfer."""
+
+    ready: messages.PushReady | None = None
+    writes: list[Future] = field(default_factory=list)
+    finalizing: bool = False
+    done: bool = False
+
+
+@dataclass
+class _Outgoing:
+    request_id: str
+    transfer_id: str
+    block_ids: list[int]
+    targets: dict[int, _Target]
+    jobs: list[_Job] = field(default_factory=list)  # every layer range computed so far, for late announcements
+    prefilled: bool = False
+
+
+@dataclass
+class _Incoming:
+    request_id: str
+    transfer_id: str
+    peer_host: str
+    block_ids: list[int]
+    senders: set[int]
+    deadline: float
+    reported: set[int] = field(default_factory=set)
+    ok: bool = True
+
+
+class PushWorker(WorkerSide):
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._outgoing: dict[str, _Outgoing] = {}  # transfer id -> state (prefill)
+        self._early: dict[str, list[tuple[float, messages.PushReady]]] = {}  # announcements before the request
+        self._incoming: dict[str, _Incoming] = {}  # transfer id -> state (decode)
+        self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-pd-notify")
+
+    def targets(self, transfer_id: str) -> dict[int, _Target]:
+        """The decode ranks that read (part of) their KV from this prefill rank for a transfer."""
+        return {d: _Target() for d in range(self.config.decode.tp_size)
+                if any(r.src_rank == self.tp_rank for r in self.plan.reads(d, transfer_id))}
+
+    # ---- prefill side ----
+    def accept(self, metadata: AscendPDMetadata) -> None:
+        super().accept(metadata)
+        for request_id in metadata.released:
+            self._abandon(request_id)
+        for send in metadata.push_send:
+            with self.lock:
+                out = self._outgoing.get(send.transfer_id)
+                if out is None:
+                    out = _Outgoing(send.request_id, send.transfer_id, send.block_ids, self.targets(send.transfer_id))
+                    self._outgoing[send.transfer_id] = out
+                    early = self._early.pop(send.transfer_id, [])
+                else:
+                    early = []
+                out.block_ids = send.block_ids
+            for _, ready in early:
+                self._attach(out, ready)
+        for recv in metadata.push_recv:
+            self._expect(recv)
+
+    def save_kv_layer(self, layer_name: str, metadata: AscendPDMetadata) -> None:
+        planes = self.layer_planes.get(layer_name)
+        if not planes:
+            return
+        for send in metadata.push_send:
+            job = (planes, send.first, send.stop)
+            with self.lock:
+                out = self._outgoing.get(send.transfer_id)
+                if out is None:
+                    continue
+                out.jobs.append(job)
+                for rank, target in out.targets.items():
+                    if target.ready is not None and target.ready.block_ids:
+                        target.writes.append(self.jobs.submit(self._write, out, rank, target.ready, job))
+
+    def wait_for_save(self, metadata: AscendPDMetadata) -> None:
+        for send in metadata.push_send:
+            if send.last_step:
+                self._prefilled(send)
+
+    def _prefilled(self, send: PushSend) -> None:
+        with self.lock:
+            out = self._outgoing.get(send.transfer_id)
+            if out is None:
+                return
+            out.prefilled = True
+            if not out.targets:  # no decode rank reads from this rank
+                self.served.add(out.request_id)
+                del self._outgoing[send.transfer_id]
+                return
+        for rank in list(out.targets):
+            self._maybe_finalize(out, rank)
+
+    def handle(self, message: messages.Request) -> messages.Reply:
+        if isinstance(message, messages.PushDone):
+            return self._sender_done(message)
+        if not isinstance(message, messages.PushReady):
+            return super().handle(message)
+        if message.block_ids:
+            try:
+                check_compatible(self.metadata.planes, message.dst.planes, self.block_size, message.dst.block_size)
+            except LayoutMismatch as error:
+                return messages.Refused(reason=str(error))
+        with self.lock:
+            out = self._outgoing.get(message.transfer_id)
+            if out is None:  # D was faster than P's scheduler: keep it until the request shows up
+                self._early.setdefault(message.transfer_id, []).append((time.monotonic(), message))
+                return messages.Ack()
+        return self._attach(out, message)
+
+    def _attach(self, out: _Outgoing, ready: messages.PushReady) -> messages.Reply:
+        rank = ready.dst.tp_rank
+        with self.lock:
+            target = out.targets.get(rank)
+            if target is None:
+                return messages.Refused(reason=f"prefill rank {self.tp_rank} sends nothing to decode rank {rank} "
+                                               f"for transfer {out.transfer_id}")
+            target.ready = ready
+            if ready.block_ids:
+                target.writes += [self.jobs.submit(self._write, out, rank, ready, job) for job in out.jobs]
+        self._maybe_finalize(out, rank)
+        return messages.Ack()
+
+    def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, job: _Job) -> None:
+        planes, first, stop = job
+        first = max(first, ready.first_block)
+        stop = min(stop, ready.first_block + len(ready.block_ids), len(out.block_ids))
+        if first >= stop:
+            return
+        src_blocks = out.block_ids[first:stop]
+        dst_blocks = ready.block_ids[first - ready.first_block:stop - ready.first_block]
+        spans = []
+        for read in self.plan.reads(rank, out.transfer_id):
+            if read.src_rank != self.tp_rank:
+                continue
+            for index in planes:
+                src, dst = self.planes[index].info, ready.dst.planes[index]
+                rt = route(read, src, dst)
+                if rt.staged:
+                    self._write_staged(index, rt, ready, src_blocks, dst_blocks)
+                else:
+                    spans += [Span(local=c.src, remote=c.dst, length=c.length)
+                              for c in direct_copies(rt, src, dst, src_blocks, dst_blocks)]
+        self.record(self.transport.run(ready.dst.session, "write", spans))
+
+    def _write_staged(self, index: int, rt, ready: messages.PushReady, src_blocks: list[int],
+                      dst_blocks: list[int]) -> None:
+        """Pack this rank's head slice of each block into staging, then write the packed blocks whole."""
+        tensor, src, dst = self.planes[index].tensor, self.planes[index].info, ready.dst.planes[index]
+        packed_len = rt.head_count * (src.block_len // src.num_heads)
+        per_chunk = self.staging.blocks_per_chunk(packed_len)
+        with self.staging.lock:
+            for start in range(0, len(src_blocks), per_chunk):
+                chunk_src, chunk_dst = src_blocks[start:start + per_chunk], dst_blocks[start:start + per_chunk]
+                packed = kernels.gather_heads(tensor, chunk_src, rt.head_start, rt.head_count)
+                self.staging.view(0, packed.numel() * packed.element_size(), packed.dtype, packed.shape).copy_(packed)
+                spans = [Span(local=self.staging.address + k * packed_len,
+                              remote=dst.base_addr + db * dst.block_stride + rt.dst_offset, length=packed_len)
+                         for k, db in enumerate(chunk_dst)]
+                self.record(self.transport.run(ready.dst.session, "write", spans))
+
+    def _maybe_finalize(self, out: _Outgoing, rank: int) -> None:
+        with self.lock:
+            target = out.targets[rank]
+            if not out.prefilled or target.ready is None or target.finalizing:
+                return
+            target.finalizing = True
+        self._notifier.submit(self._finalize, out, rank, target)
+
+    def _finalize(self, out: _Outgoing, rank: int, target: _Target) -> None:
+        """When every write to a decode rank has completed, tell it so (or that they failed)."""
+        ok = True
+        for write in target.writes:
+            try:
+                write.result()
+            except Exception as error:
+                ok = False
+                logger.error("AscendPD: transfer %s: writing to decode rank %d failed: %s", out.transfer_id, rank,
+                             error)
+        if not ok:
+            with self.lock:
+                self.stats.record_failure()
+        if target.ready.block_ids:
+            self.notify(target.ready.dst_host, target.ready.dst_port,
+                        messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank, ok=ok))
+        with self.lock:
+            target.done = True
+            if all(t.done for t in out.targets.values()) and self._outgoing.pop(out.transfer_id, None):
+                self.served.add(out.request_id)
+
+    def _abandon(self, request_id: str) -> None:
+        """The prefill request ended early: tell the decode ranks already waiting not to expect data."""
+        with self.lock:
+            found = [tid for tid, out in self._outgoing.items() if out.request_id == request_id]
+            outs = [self._outgoing.pop(tid) for tid in found]
+        for out in outs:
+            for rank, target in out.targets.items():
+                if target.ready is not None and target.ready.block_ids:
+                    self._notifier.submit(self.notify, target.ready.dst_host, target.ready.dst_port,
+                                          messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank,
+                                                            ok=False))
+
+    # ---- decode side ----
+    def _expect(self, recv: PushRecv) -> None:
+        reads = self.plan.reads(self.tp_rank, recv.transfer_id)
+        senders = {read.src_rank for read in reads}
+        if recv.local_block_ids:
+            incoming = _Incoming(recv.request_id, recv.transfer_id, recv.peer.host, recv.local_block_ids, senders,
+                                 deadline=time.monotonic() + self.config.push_timeout_s)
+            with self.lock:
+                self._incoming[recv.transfer_id] = incoming
+        ready = messages.PushReady(transfer_id=recv.transfer_id, block_ids=recv.local_block_ids,
+                                   first_block=recv.first_block, dst=self.metadata, dst_host=self.host,
+                                   dst_port=self.port)
+        for sender in sorted(senders):
+            self.jobs.submit(self._announce, recv, sender, ready)
+
+    def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady) -> None:
+        try:
+            reply = side_channel.request(recv.peer.host, recv.peer.port + sender, ready,
+                                         retries=self.config.handshake_retries,
+                                         backoff_s=self.config.handshake_backoff_s)
+        except side_channel.PeerUnreachable as error:
+            reply = messages.Refused(reason=str(error))
+        if isinstance(reply, messages.Refused) and ready.block_ids:
+            self._fail(recv.transfer_id, f"prefill rank {sender} of {recv.peer.engine_id}: {reply.reason}")
+
+    def _sender_done(self, done: messages.PushDone) -> messages.Reply:
+        with self.lock:
+            incoming = self._incoming.get(done.transfer_id)
+            if incoming is None:
+                return messages.Ack()  # already failed or timed out
+            incoming.reported.add(done.src_rank)
+            incoming.ok &= done.ok
+            complete = incoming.reported >= incoming.senders
+            if complete:
+                del self._incoming[done.transfer_id]
+        if complete:
+            self.jobs.submit(self._complete, incoming)
+        return messages.Ack()
+
+    def _complete(self, incoming: _Incoming) -> None:
+        if incoming.ok:
+            reads = self.plan.reads(self.tp_rank, incoming.transfer_id)
+            for plane in self.planes:
+                split = transpose_split(reads, plane.info, reads[0].src_heads_per_rank)
+                if split > 1:
+                    kernels.block_transpose(plane.tensor, incoming.block_ids, split)
+        with self.lock:
+            if not incoming.ok:
+                logger.error("AscendPD: request %s: a prefill rank reported a failed push", incoming.request_id)
+                self.failed_blocks.update(incoming.block_ids)
+                self.stats.record_failure()
+            self.received.add(incoming.request_id)
+
+    def _fail(self, transfer_id: str, reason: str) -> None:
+        with self.lock:
+            incoming = self._incoming.pop(transfer_id, None)
+            if incoming is None:
+                return
+            logger.error("AscendPD: request %s: push failed: %s", incoming.request_id, reason)
+            self.failed_blocks.update(incoming.block_ids)
+            self.stats.record_failure()
+            self.received.add(incoming.request_id)
+
+    def expire(self, now: float) -> None:
+        with self.lock:
+            late = [tid for tid, inc in self._incoming.items() if inc.deadline <= now]
+            stale = [tid for tid, early in self._early.items() if early[0][0] + self.config.push_timeout_s <= now]
+            for tid in stale:
+                del self._early[tid]
+            dropped = [tid for tid, out in self._outgoing.items()
+                       if out.request_id in self.held and self.held[out.request_id] <= now]
+            for tid in dropped:
+                del self._outgoing[tid]
+        for tid in late:
+            self._fail(tid, f"not every prefill rank reported within push_timeout_s={self.config.push_timeout_s}")
+
+    def shutdown(self) -> None:
+        self._notifier.shutdown(wait=True, cancel_futures=True)
+        super().shutdown()

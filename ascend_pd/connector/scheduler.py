@@ -1,0 +1,74 @@
+"""Scheduler side of the connector: the mode-independent part, and the choice of the pull or push state machine."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ascend_pd.connector.config import ConnectorConfig
+from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
+
+if TYPE_CHECKING:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerSide:
+    """State shared by both modes: where this instance listens and what the next step's metadata holds."""
+
+    def __init__(self, config: ConnectorConfig, host: str, dp_rank: int, block_size: int):
+        self.config = config
+        self.host = host
+        self.dp_rank = dp_rank
+        self.block_size = block_size
+        self._next = AscendPDMetadata()
+
+    @property
+    def side_channel_port(self) -> int:
+        """The port of this DP rank's TP rank 0; the proxy and peers add the TP rank."""
+        return self.config.side_channel_port(self.dp_rank, 0)
+
+    def take_metadata(self) -> AscendPDMetadata:
+        metadata, self._next = self._next, AscendPDMetadata()
+        return metadata
+
+    @staticmethod
+    def peer_of(params: dict[str, Any]) -> RemotePeer | None:
+        """The prefill peer named in kv_transfer_params, or None (with a log line) if a field is missing."""
+        try:
+            return RemotePeer(engine_id=str(params["remote_engine_id"]), host=str(params["remote_host"]),
+                              port=int(params["remote_port"]), tp_size=int(params["remote_tp_size"]))
+        except (KeyError, TypeError, ValueError) as error:
+            logger.warning("kv_transfer_params without a usable prefill peer (%s): %s; computing locally",
+                           error, params)
+            return None
+
+    # The vLLM scheduler-side interface; each mode implements it.
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+        raise NotImplementedError
+
+    def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
+        raise NotImplementedError
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> AscendPDMetadata:
+        return self.take_metadata()
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        raise NotImplementedError
+
+
+def prompt_tokens_to_load(request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+    """Every prompt token not already computed locally, loaded asynchronously."""
+    count = request.num_prompt_tokens - num_computed_tokens
+    return (count, True) if count > 0 else (0, False)
+
+
+def make_scheduler_side(config: ConnectorConfig, host: str, dp_rank: int, block_size: int) -> SchedulerSide:
+    if config.mode == "pull":
+        from ascend_pd.connector.pull_scheduler import PullScheduler
+        return PullScheduler(config, host, dp_rank, block_size)
+    from ascend_pd.connector.push_scheduler import PushScheduler
+    return PushScheduler(config, host, dp_rank, block_size)

@@ -1,0 +1,86 @@
+"""The ZMQ side channel: a ROUTER server thread per worker and a retrying request client, carrying msgspec messages."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import zmq
+
+from ascend_pd.connector import messages
+from ascend_pd.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+_POLL_MS = 100  # how often the server thread checks for shutdown
+
+
+class PeerUnreachable(Exception):
+    """A side-channel peer did not answer after every retry."""
+
+
+class SideChannelServer:
+    """Answers side-channel requests on tcp://host:port from one thread, until stop()."""
+
+    def __init__(self, host: str, port: int, handler: Callable[[messages.Request], messages.Reply]):
+        self.host, self.port = host, port
+        self._handler = handler
+        self._context = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        try:
+            self._socket.bind(f"tcp://{host}:{port}")
+        except zmq.ZMQError as error:
+            self._socket.close()
+            raise InputError(f"cannot listen on side-channel port {port} of {host}: {error.strerror}",
+                             file="kv_transfer_config", field="kv_port",
+                             fix=f"free port {port} or move kv_port so kv_port .. kv_port + dp*tp - 1 is unused "
+                                 "on this host (and outside other instances' ranges)") from error
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"ascend-pd-side-channel-{port}", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        while not self._stopping.is_set():
+            if not poller.poll(_POLL_MS):
+                continue
+            identity, _, payload = self._socket.recv_multipart()
+            try:
+                reply = self._handler(messages.decode_request(payload))
+            except Exception as error:  # a bad message must not kill the channel; the peer hears why
+                logger.exception("side channel %s: cannot handle a message", self.port)
+                reply = messages.Refused(reason=f"{type(error).__name__}: {error}")
+            self._socket.send_multipart([identity, b"", messages.encode(reply)])
+        self._socket.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+
+
+def request(host: str, port: int, message: messages.Request, *, timeout_s: float = 5.0, retries: int = 5,
+            backoff_s: float = 0.2) -> messages.Reply:
+    """Send one message and wait for the reply, retrying with doubling backoff; raise PeerUnreachable at the end."""
+    context = zmq.Context.instance()
+    payload = messages.encode(message)
+    delay = backoff_s
+    for attempt in range(retries + 1):
+        socket = context.socket(zmq.REQ)  # a fresh REQ each try: a REQ that lost its reply cannot send again
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.connect(f"tcp://{host}:{port}")
+            socket.send(payload)
+            if socket.poll(int(timeout_s * 1000)):
+                return messages.decode_reply(socket.recv())
+        finally:
+            socket.close()
+        if attempt < retries:
+            logger.info("side channel %s:%d: no answer to %s, retrying in %.1fs", host, port,
+                        type(message).__name__, delay)
+            time.sleep(delay)
+            delay *= 2
+    raise PeerUnreachable(f"{host}:{port} did not answer {type(message).__name__} after {retries + 1} tries")

@@ -1,0 +1,30 @@
+"""A registered host buffer for head slices that are strided in the cache (NHD with prefill TP below decode TP)."""
+
+from __future__ import annotations
+
+import threading
+
+from ascend_pd.connector.transport import Transport
+
+
+class StagingBuffer:
+    """One per worker; a transfer holds `lock` while it packs, moves and unpacks a chunk of blocks through it."""
+
+    def __init__(self, nbytes: int, transport: Transport):
+        import torch
+
+        self.tensor = torch.empty(nbytes, dtype=torch.uint8)
+        self.address = self.tensor.data_ptr()
+        self.nbytes = nbytes
+        self.lock = threading.Lock()
+        transport.register([(self.address, nbytes)])
+
+    def blocks_per_chunk(self, bytes_per_block: int) -> int:
+        """How many blocks (of all staged planes together) fit at once."""
+        if bytes_per_block > self.nbytes:
+            raise ValueError(f"one block of the staged caches needs {bytes_per_block} bytes, more than the "
+                             f"{self.nbytes}-byte staging buffer; raise staging_mib in kv_connector_extra_config")
+        return self.nbytes // bytes_per_block
+
+    def view(self, offset: int, nbytes: int, dtype, shape: tuple[int, ...]):
+        return self.tensor[offset:offset + nbytes].view(dtype).view(shape)

@@ -1,0 +1,40 @@
+"""Transfer statistics reported through vLLM's connector stats: bytes, transfers, durations, failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+
+from ascend_pd.connector.tally import empty_tally
+
+
+@dataclass
+class AscendPDStats(KVConnectorStats):
+    """The workers' tallies (see tally.py), merged across ranks and reduced for vLLM's stats logger."""
+
+    data: dict[str, Any] = field(default_factory=empty_tally)
+
+    def reset(self) -> None:
+        self.data = empty_tally()
+
+    def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
+        for key in ("bytes", "seconds", "copies"):
+            self.data[key].extend(other.data.get(key, []))
+        self.data["failures"] += other.data.get("failures", 0)
+        return self
+
+    def is_empty(self) -> bool:
+        return not self.data["bytes"] and not self.data["failures"]
+
+    def reduce(self) -> dict[str, int | float]:
+        total_bytes, total_seconds = sum(self.data["bytes"]), sum(self.data["seconds"])
+        return {
+            "Num transfers": len(self.data["bytes"]),
+            "Bytes transferred (MB)": round(total_bytes / 1e6, 3),
+            "Avg transfer duration (ms)": round(1e3 * total_seconds / max(1, len(self.data["seconds"])), 3),
+            "Throughput (GB/s)": round(total_bytes / total_seconds / 1e9, 3) if total_seconds else 0.0,
+            "Copies": sum(self.data["copies"]),
+            "Failures": self.data["failures"],
+        }

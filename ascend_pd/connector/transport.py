@@ -1,0 +1,104 @@
+"""A thin wrapper over mooncake.engine.TransferEngine: P2P handshake, merged registration, coalesced batches."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+logger = logging.getLogger(__name__)
+
+
+class TransferFailed(Exception):
+    """The Transfer Engine reported a failed batch (peer gone, bad address, timeout)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """One copy: `length` bytes between a local and a remote address."""
+
+    local: int
+    remote: int
+    length: int
+
+
+def merge_regions(regions: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Union of (address, length) regions: touching or overlapping ones become one, so each is registered once."""
+    merged: list[list[int]] = []
+    for start, length in sorted(regions):
+        if merged and start <= merged[-1][0] + merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], start + length - merged[-1][0])
+        else:
+            merged.append([start, length])
+    return [(start, length) for start, length in merged]
+
+
+def coalesce(spans: list[Span]) -> list[Span]:
+    """Join spans that continue each other on both sides, so runs of contiguous blocks move as one copy."""
+    out: list[Span] = []
+    for span in spans:
+        last = out[-1] if out else None
+        if last and last.local + last.length == span.local and last.remote + last.length == span.remote:
+            out[-1] = Span(last.local, last.remote, last.length + span.length)
+        else:
+            out.append(span)
+    return out
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one batch moved and how long it took."""
+
+    bytes: int
+    copies: int
+    seconds: float
+
+
+class Transport:
+    """One Transfer Engine per worker process, with a small pool that runs batches off the caller's thread."""
+
+    def __init__(self, host: str, protocol: Literal["ascend", "tcp", "rdma"], workers: int = 4):
+        from mooncake.engine import TransferEngine  # heavy, optional: only workers that move KV need it
+
+        self._engine = TransferEngine()
+        status = self._engine.initialize(host, "P2PHANDSHAKE", protocol, "")
+        if status != 0:
+            raise RuntimeError(f"Mooncake TransferEngine.initialize({host!r}, P2PHANDSHAKE, {protocol!r}) "
+                               f"returned {status}; check that the {protocol} transport is available on this host")
+        self.session = f"{host}:{self._engine.get_rpc_port()}"
+        self._registered: list[int] = []
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-pd-transfer")
+
+    def register(self, regions: list[tuple[int, int]]) -> int:
+        """Register memory for transfers, merging contiguous regions first; returns how many were registered."""
+        for address, length in merge_regions(regions):
+            status = self._engine.register_memory(address, length)
+            if status != 0:
+                raise RuntimeError(f"Mooncake register_memory(0x{address:x}, {length}) returned {status}")
+            self._registered.append(address)
+        return len(self._registered)
+
+    def run(self, peer: str, op: Literal["read", "write"], spans: list[Span]) -> BatchResult:
+        """Move spans to or from a peer session in one batch; raise TransferFailed if the engine reports an error."""
+        copies = coalesce(spans)
+        if not copies:
+            return BatchResult(0, 0, 0.0)
+        batch = self._engine.batch_transfer_sync_read if op == "read" else self._engine.batch_transfer_sync_write
+        started = time.perf_counter()
+        status = batch(peer, [c.local for c in copies], [c.remote for c in copies], [c.length for c in copies])
+        seconds = time.perf_counter() - started
+        if status != 0:
+            raise TransferFailed(f"{op} of {len(copies)} copies with {peer} returned {status}")
+        return BatchResult(sum(c.length for c in copies), len(copies), seconds)
+
+    def submit(self, peer: str, op: Literal["read", "write"], spans: list[Span]) -> Future[BatchResult]:
+        """Run a batch on the transfer pool; the future completes (or raises TransferFailed) when it is done."""
+        return self._pool.submit(self.run, peer, op, spans)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for address in self._registered:
+            self._engine.unregister_memory(address)
+        self._registered.clear()

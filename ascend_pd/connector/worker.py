@@ -1,0 +1,175 @@
+"""Worker side of the connector: cache registration, the side channel, peers' metadata and completion reporting."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ascend_pd.connector import messages, side_channel
+from ascend_pd.connector.config import ConnectorConfig
+from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
+from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
+from ascend_pd.connector.routes import LayoutMismatch, check_compatible
+from ascend_pd.connector.staging import StagingBuffer
+from ascend_pd.connector.tally import TransferTally
+from ascend_pd.connector.transport import BatchResult, Transport
+from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerSide:
+    """One TP rank's connector worker; the pull and push modes add what moves the blocks."""
+
+    def __init__(self, config: ConnectorConfig, host: str, tp_rank: int, dp_rank: int, num_kv_heads: int,
+                 is_mla: bool, heads_outer: bool = False, staging_bytes: int = 64 << 20):
+        self.config = config
+        self.host = host
+        self.tp_rank = tp_rank
+        self.heads_outer = heads_outer
+        # The plan always runs from prefill (source) to decode (destination), whichever side this is.
+        self.plan: TpTransferPlan = plan_tp_transfer(num_kv_heads, config.prefill.tp_size, config.decode.tp_size,
+                                                     is_mla)
+        self.port = config.side_channel_port(dp_rank, tp_rank)
+        self.planes: list[CachePlane] = []
+        self.layer_planes: dict[str, list[int]] = {}
+        self.block_size = 0
+        self.transport: Transport | None = None
+        self.metadata: messages.AgentMetadata | None = None
+        self.staging: StagingBuffer | None = None
+        self._staging_bytes = staging_bytes
+        self.stats = TransferTally()
+        self.lock = threading.Lock()
+        self._peer_meta: dict[tuple[str, int], messages.AgentMetadata] = {}
+        self.jobs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-job")
+        # Prefill: requests the scheduler holds for a transfer -> monotonic deadline; and those fully served.
+        self.held: dict[str, float] = {}
+        self.served: set[str] = set()
+        # Decode: requests whose transfer ended (well or not) and blocks that did not arrive.
+        self.received: set[str] = set()
+        self.failed_blocks: set[int] = set()
+        self._current: AscendPDMetadata | None = None
+        self.server = side_channel.SideChannelServer(host, self.port, self._handle)
+
+    # ---- registration and handshakes ----
+    def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
+        self.planes = cache_planes(kv_caches, self.heads_outer)
+        self.block_size = self.planes[0].block_size
+        for index, plane in enumerate(self.planes):
+            self.layer_planes.setdefault(plane.layer, []).append(index)
+        self.transport = Transport(self.host, self.config.protocol)
+        self.transport.register(registration_regions(self.planes))
+        if self.needs_staging():
+            self.staging = StagingBuffer(self._staging_bytes, self.transport)
+        self.metadata = messages.AgentMetadata(
+            engine_id=self.config.engine_id, tp_rank=self.tp_rank, tp_size=self.config.local.tp_size,
+            session=self.transport.session, block_size=self.block_size, planes=[p.info for p in self.planes])
+        logger.info("AscendPD worker %s rank %d: %d cache tensors registered, side channel on %s:%d",
+                    self.config.engine_id, self.tp_rank, len(self.planes), self.host, self.port)
+
+    def needs_staging(self) -> bool:
+        """Strided head slices (NHD, prefill TP below decode TP) go through a registered staging buffer."""
+        return not self.heads_outer and not self.plan.is_mla and self.config.prefill.tp_size < self.config.decode.tp_size \
+            and self.plan.num_kv_heads > self.config.prefill.tp_size
+
+    def peer_metadata(self, peer: RemotePeer, rank: int) -> messages.AgentMetadata:
+        """A prefill rank's metadata, fetched once over the side channel; checks the caches can pair up."""
+        key = (peer.engine_id, rank)
+        if key not in self._peer_meta:
+            reply = side_channel.request(peer.host, peer.port + rank, messages.GetMeta(),
+                                         retries=self.config.handshake_retries,
+                                         backoff_s=self.config.handshake_backoff_s)
+            if not isinstance(reply, messages.AgentMetadata):
+                raise LayoutMismatch(f"{peer.host}:{peer.port + rank} refused the handshake: {reply}")
+            check_compatible(reply.planes, self.metadata.planes, reply.block_size, self.block_size)
+            self._peer_meta[key] = reply
+        return self._peer_meta[key]
+
+    def _handle(self, message: messages.Request) -> messages.Reply:
+        if isinstance(message, messages.GetMeta):
+            if self.metadata is None:
+                return messages.Refused(reason="KV caches are not registered yet; retry")
+            return self.metadata
+        return self.handle(message)
+
+    def handle(self, message: messages.Request) -> messages.Reply:
+        return messages.Refused(reason=f"{type(message).__name__} is not used in {self.config.mode} mode")
+
+    def notify(self, host: str, port: int, message: messages.Request) -> bool:
+        """Send a notice to a peer; False (logged) if it cannot be delivered."""
+        try:
+            reply = side_channel.request(host, port, message, retries=self.config.handshake_retries,
+                                         backoff_s=self.config.handshake_backoff_s)
+        except side_channel.PeerUnreachable as error:
+            logger.warning("AscendPD: %s not delivered: %s", type(message).__name__, error)
+            return False
+        if isinstance(reply, messages.Refused):
+            logger.warning("AscendPD: %s refused by %s:%d: %s", type(message).__name__, host, port, reply.reason)
+            return False
+        return True
+
+    def record(self, result: BatchResult) -> None:
+        if not result.copies:
+            return
+        with self.lock:
+            self.stats.record(result.bytes, result.seconds, result.copies)
+
+    # ---- per-step hooks (the modes override what they use) ----
+    def on_metadata(self, metadata: AscendPDMetadata) -> None:
+        """Take in a step's metadata once, from whichever hook sees it first (vLLM may start loads after the
+        forward pass, when save_kv_layer has already run)."""
+        if metadata is self._current:
+            return
+        self._current = metadata
+        self.accept(metadata)
+
+    def accept(self, metadata: AscendPDMetadata) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for request_id, timeout_s in metadata.held.items():
+                self.held[request_id] = now + timeout_s
+
+    def save_kv_layer(self, layer_name: str, metadata: AscendPDMetadata) -> None:
+        return
+
+    def wait_for_save(self, metadata: AscendPDMetadata) -> None:
+        return
+
+    def expire(self, now: float) -> None:
+        """Give up on transfers past their deadline (the modes add their own)."""
+
+    def get_finished(self) -> tuple[set[str], set[str]]:
+        """Prefill requests whose blocks may be freed, and decode requests whose transfer ended."""
+        now = time.monotonic()
+        self.expire(now)
+        with self.lock:
+            sending = {r for r, deadline in self.held.items() if r in self.served or deadline <= now}
+            for request_id in sending:
+                if request_id not in self.served:
+                    logger.warning("AscendPD: request %s: no decode instance took its KV within the timeout; "
+                                   "freeing its blocks", request_id)
+                del self.held[request_id]
+                self.served.discard(request_id)
+            recving, self.received = self.received, set()
+        return sending, recving
+
+    def take_failed_blocks(self) -> set[int]:
+        with self.lock:
+            failed, self.failed_blocks = self.failed_blocks, set()
+        return failed
+
+    def take_stats(self) -> TransferTally | None:
+        with self.lock:
+            if self.stats.is_empty():
+                return None
+            stats, self.stats = self.stats, TransferTally()
+        return stats
+
+    def shutdown(self) -> None:
+        self.server.stop()
+        self.jobs.shutdown(wait=True, cancel_futures=True)
+        if self.transport is not None:
+            self.transport.close()

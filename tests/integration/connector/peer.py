@@ -1,0 +1,109 @@
+"""One connector worker in its own process, driven the way vLLM drives it, for the integration tests.
+
+Run as `python peer.py SPEC.json`; it writes its KV caches and what it reported to spec["out"] (torch.save).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+
+from ascend_pd.connector.config import parse_config
+from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend, RemotePeer
+from ascend_pd.connector.pull_worker import PullWorker
+from ascend_pd.connector.push_worker import PushWorker
+from kv_data import global_planes, layer_name, shard
+
+
+def build_caches(spec: dict, filled: bool) -> dict[str, tuple[torch.Tensor, ...]]:
+    """This rank's caches: its head shard of the global test data (prefill), or a sentinel (decode)."""
+    caches = {}
+    for layer in range(spec["layers"]):
+        planes = []
+        for plane in global_planes(spec, layer):
+            part = shard(plane, spec, spec["tp_rank"], spec["tp_size"])
+            planes.append(part.clone() if filled else torch.full_like(part, -7))
+        caches[layer_name(layer)] = tuple(planes)
+    return caches
+
+
+def make_worker(spec: dict):
+    role = "kv_producer" if spec["role"] == "prefill" else "kv_consumer"
+    config = parse_config(role, spec["engine_id"], spec["kv_port"], {
+        "mode": spec["mode"], "protocol": "tcp",
+        "prefill": {"tp_size": spec["p_tp"], "dp_size": 1}, "decode": {"tp_size": spec["d_tp"], "dp_size": 1},
+        "abort_timeout_s": spec.get("abort_timeout_s", 60), "push_timeout_s": spec.get("push_timeout_s", 60)})
+    worker_class = PullWorker if spec["mode"] == "pull" else PushWorker
+    return worker_class(config, "127.0.0.1", spec["tp_rank"], 0, num_kv_heads=spec["num_kv_heads"],
+                        is_mla=spec["is_mla"], heads_outer=spec.get("heads_outer", False),
+                        staging_bytes=spec.get("staging_bytes", 1 << 20))
+
+
+def wait_for(worker, request_id: str, which: int, timeout_s: float, metadata=None) -> float:
+    """Step like vLLM until get_finished reports request_id; returns the seconds it took (inf if never)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if metadata is not None:
+            worker.on_metadata(metadata)
+        if request_id in worker.get_finished()[which]:
+            return time.monotonic() - started
+        time.sleep(0.01)
+    return float("inf")
+
+
+def prefill(spec: dict, worker, caches) -> dict:
+    request = spec["request"]
+    if spec["mode"] == "pull":
+        worker.on_metadata(AscendPDMetadata(held={request["id"]: spec.get("abort_timeout_s", 60)}))
+        return {"released_after_s": wait_for(worker, request["id"], 0, spec["wait_s"])}
+    # push: one prefill step, layer by layer, as the model computes them
+    time.sleep(spec.get("prefill_start_delay_s", 0))
+    blocks = request["src_blocks"]
+    step = AscendPDMetadata(push_send=[PushSend(request["id"], request["transfer_id"], blocks, 0, len(blocks), True)])
+    worker.on_metadata(step)
+    layer_times = []
+    for layer in range(spec["layers"]):
+        time.sleep(spec.get("layer_compute_s", 0))
+        worker.save_kv_layer(layer_name(layer), step)
+        layer_times.append(time.monotonic())
+    worker.wait_for_save(step)
+    worker.on_metadata(AscendPDMetadata(held={request["id"]: spec.get("push_timeout_s", 60)}))
+    return {"released_after_s": wait_for(worker, request["id"], 0, spec["wait_s"]), "layer_times": layer_times}
+
+
+def decode(spec: dict, worker) -> dict:
+    request = spec["request"]
+    time.sleep(spec.get("decode_start_delay_s", 0))
+    peer = RemotePeer(spec["p_engine_id"], "127.0.0.1", spec["p_kv_port"], spec["p_tp"])
+    if spec["mode"] == "pull":
+        step = AscendPDMetadata(pull_recv=[PullRecv(request["id"], request["id"], peer, request["dst_blocks"],
+                                                    request["src_blocks"])])
+    else:
+        step = AscendPDMetadata(push_recv=[PushRecv(request["id"], request["transfer_id"], peer,
+                                                    request["dst_blocks"], 0)])
+    announced = time.monotonic()
+    worker.on_metadata(step)
+    seconds = wait_for(worker, request["id"], 1, spec["wait_s"])
+    return {"received_after_s": seconds, "received_at": announced + seconds,
+            "failed_blocks": sorted(worker.take_failed_blocks())}
+
+
+def main() -> None:
+    spec = json.loads(open(sys.argv[1]).read())
+    worker = make_worker(spec)
+    caches = build_caches(spec, filled=spec["role"] == "prefill")
+    worker.register_kv_caches(caches)
+    print("ready", flush=True)
+    result = prefill(spec, worker, caches) if spec["role"] == "prefill" else decode(spec, worker)
+    stats = worker.take_stats()
+    result["stats"] = stats.data if stats else None
+    result["caches"] = caches
+    worker.shutdown()
+    torch.save(result, spec["out"])
+
+
+if __name__ == "__main__":
+    main()

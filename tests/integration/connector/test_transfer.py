@@ -1,0 +1,77 @@
+"""Real Mooncake TCP transfers between prefill and decode worker processes: every decode cache byte is checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster import expected_decode_caches, log_of, run, same_bytes, specs
+from kv_data import layer_name
+
+pytestmark = pytest.mark.integration
+
+
+def assert_decode_caches_exact(decode_specs, decode_results):
+    for spec, result in zip(decode_specs, decode_results):
+        assert result is not None, f"decode rank {spec['tp_rank']} died"
+        assert result["received_after_s"] != float("inf"), f"decode rank {spec['tp_rank']} never finished"
+        assert result["failed_blocks"] == []
+        for layer, planes in expected_decode_caches(spec).items():
+            got = result["caches"][layer_name(layer)]
+            for index, want in enumerate(planes):
+                assert same_bytes(got[index], want), f"rank {spec['tp_rank']} layer {layer} plane {index}"
+
+
+def assert_prefill_released(prefill_results):
+    for rank, result in enumerate(prefill_results):
+        assert result is not None, f"prefill rank {rank} died"
+        assert result["released_after_s"] != float("inf"), f"prefill rank {rank} never freed its blocks"
+
+
+CASES = {
+    "gqa_p_tp2_to_d_tp1": dict(p_tp=2, d_tp=1, num_kv_heads=4),
+    "gqa_p_tp1_to_d_tp2": dict(p_tp=1, d_tp=2, num_kv_heads=4),
+    "gqa_p_tp4_to_d_tp1_with_2_kv_heads": dict(p_tp=4, d_tp=1, num_kv_heads=2),
+    "mla_p_tp2_to_d_tp1": dict(p_tp=2, d_tp=1, is_mla=True),
+}
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_decode_cache_equals_the_prefill_head_shards(tmp_path, mode, case):
+    prefill, decode = specs(tmp_path, mode=mode, **CASES[case])
+    prefill_results, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    assert_prefill_released(prefill_results)
+
+
+@pytest.mark.parametrize("p_tp,d_tp", [(2, 1), (1, 2)])
+def test_heads_outer_layout_moves_head_slices_directly(tmp_path, p_tp, d_tp):
+    prefill, decode = specs(tmp_path, mode="pull", p_tp=p_tp, d_tp=d_tp, num_kv_heads=4,
+                            common={"heads_outer": True})
+    prefill_results, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    assert_prefill_released(prefill_results)
+
+
+def test_push_announcement_before_the_prefill_starts_is_kept(tmp_path):
+    prefill, decode = specs(tmp_path, mode="push", p_tp=2, d_tp=1, prefill={"prefill_start_delay_s": 2.0})
+    prefill_results, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    assert_prefill_released(prefill_results)
+
+
+def test_push_layers_computed_before_the_announcement_are_sent_when_it_arrives(tmp_path):
+    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, decode={"decode_start_delay_s": 3.0})
+    prefill_results, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    assert_prefill_released(prefill_results)
+
+
+def test_multi_chunk_staging_when_the_buffer_holds_fewer_blocks_than_the_request(tmp_path):
+    one_block = 16 * 4 * 64 * 2  # block_size * prefill heads * head_dim * bf16: room for one block at a time
+    for mode in ("pull", "push"):
+        prefill, decode = specs(tmp_path / mode if (tmp_path / mode).mkdir() is None else tmp_path, mode=mode,
+                                p_tp=1, d_tp=2, common={"staging_bytes": one_block})
+        prefill_results, decode_results = run(tmp_path / mode, prefill, decode)
+        assert_decode_caches_exact(decode, decode_results)
+        assert_prefill_released(prefill_results)
