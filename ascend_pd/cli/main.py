@@ -15,6 +15,7 @@ COMMANDS = {
     "show": "ascend_pd.cli.catalog:show_cmd",
     "render": "ascend_pd.cli.render:render_cmd",
     "ranktable": "ascend_pd.cli.ranktable:ranktable_cmd",
+    "preflight": "ascend_pd.cli.preflight:preflight_cmd",
     "proxy": "ascend_pd.cli.proxy:proxy_cmd",
     "estimate": "ascend_pd.cli.estimate:estimate_cmd",
     "plan": "ascend_pd.cli.plan:plan_cmd",
