@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Sequence
 
-from ascend_pd.hardware import Chip, Cluster
+from ascend_pd.hardware import Chip, Cluster, LinkTier
 from ascend_pd.models import ModelSpec, get_quantization
 from ascend_pd.perf.calibration import Calibration, calibration_for
 from ascend_pd.perf.comm import all_reduce_time, all_to_all_time, transfer_time
@@ -120,6 +120,15 @@ class CostModel:
             parts["ep_combine"] = m.moe_layers * combine
         return parts
 
+    @cached_property
+    def _link_cache(self) -> dict[Shape, Links]:
+        return {}
+
+    def _links(self, shape: Shape) -> Links:
+        if shape not in self._link_cache:
+            self._link_cache[shape] = Links.on(self.cluster, shape)
+        return self._link_cache[shape]
+
     def _launch_time(self) -> float:
         return self.model.num_layers * self.cal.ops_per_layer * self.cal.memory_op_latency_s
 
@@ -131,7 +140,7 @@ class CostModel:
         compute = self._compute_time(shape, tokens, attention, self.cal.prefill_efficiency)
         group_tokens = tokens * (shape.dp if shape.ep > 1 else 1)
         memory = self._weights_read(shape, group_tokens) / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency)
-        comm = self._collectives(shape, tokens, Links.on(self.cluster, shape))
+        comm = self._collectives(shape, tokens, self._links(shape))
         comm_total = sum(comm.values())
         busy = max(compute, memory)
         exposed = max(0.0, comm_total - busy) if self.cal.prefill_overlap else comm_total
@@ -152,7 +161,7 @@ class CostModel:
         weights = self._weights_read(shape, group_tokens)
         kv = batch_per_rank * context * m.kv_bytes_per_token_per_device(shape.tp, self.kv_dtype)
         memory = (weights + kv) / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency)
-        comm = self._collectives(shape, rank_tokens, Links.on(self.cluster, shape))
+        comm = self._collectives(shape, rank_tokens, self._links(shape))
         launch = self._launch_time()
         main = max(compute, memory) + sum(comm.values()) + launch
         draft = main * mtp * max(1, m.mtp_layers) / m.num_layers if mtp else 0.0
@@ -175,14 +184,17 @@ class CostModel:
         return int(self.memory(shape, gpu_memory_utilization).kv_capacity_tokens // max(tokens_per_sequence, 1.0))
 
     # --- KV transfer -----------------------------------------------------------------------------------------
-    def kv_transfer_time(self, prefill: Shape, tokens: float, span_devices: int) -> float:
-        """Moving one prompt's KV from a prefill rank to decode: each of the rank's TP devices sends its share in
-        parallel, over the tier that joins `span_devices` devices (the P and D instances together)."""
-        link = group_link(self.cluster, span_devices)
+    def kv_transfer_time(self, prefill: Shape, tokens: float, link: LinkTier | None) -> float:
+        """Moving one prompt's KV from a prefill rank to decode over `link` (None: the same devices): each of the
+        rank's TP devices sends its share in parallel."""
         if link is None:
             return 0.0
         nbytes = tokens * self.model.kv_bytes_per_token(self.kv_dtype) / prefill.tp
         return transfer_time(nbytes, link)
+
+    def kv_link(self, span_devices: int) -> LinkTier | None:
+        """The tier P and D instances packed together on `span_devices` devices talk over."""
+        return group_link(self.cluster, span_devices)
 
     def kv_exposed_time(self, transfer: float, prefill: float, mode: str) -> float:
         """The part of the transfer TTFT sees: all of it when pulled after prefill; when pushed layer by layer,

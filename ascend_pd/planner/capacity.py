@@ -4,7 +4,8 @@ the TPOT SLO and KV memory, colocated (chunked prefill) from both at once."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -47,7 +48,9 @@ class Option:
     batch_per_rank: int = 0  # decode and colocated: sequences per DP rank
     chunk_tokens: int = 0  # colocated: prefill tokens per step; prefill: tokens per batch
     tpot: float = 0.0  # decode and colocated: seconds per output token at the planned batch
-    mean_ttft: float = 0.0  # prefill and colocated: mean TTFT at the planned rate per rank (no D side)
+    slot_rate_per_rank: float = math.inf  # colocated: what the decode slots of one rank sustain
+    pool_sizes: tuple[int, ...] = ()  # prefill and colocated: DP ranks sharing the arrivals ...
+    pool_rank_rates: tuple[float, ...] = ()  # ... and the rate each rank then sustains within the TTFT SLO
 
     @property
     def devices(self) -> int:
@@ -57,37 +60,86 @@ class Option:
     def rate_per_device(self) -> float:
         return self.rate / self.devices
 
+    def total_rate(self, count: np.ndarray | int) -> np.ndarray | float:
+        """What `count` instances sustain together: linear in the count for decode; for roles the TTFT SLO
+        limits, each rank's share grows with the pool (interpolated in log2 of the ranks); colocated ranks are
+        also capped by what their decode slots sustain."""
+        if not self.pool_sizes:
+            return count * self.rate
+        ranks = np.asarray(count, dtype=float) * self.shape.dp
+        per_rank = np.interp(np.log2(ranks), np.log2(self.pool_sizes), self.pool_rank_rates)
+        if self.role == "colocated":
+            per_rank = np.minimum(per_rank, self.slot_rate_per_rank)
+        return ranks * per_rank
+
 
 # --- queueing ---------------------------------------------------------------------------------------------------
-def ttft_attainment(rate: float, service: np.ndarray, extra: np.ndarray, slo: float) -> float:
-    """Share of requests whose wait + service + extra stays within `slo` at one M/G/1 server fed at `rate`: the wait
-    is 0 with probability 1 - rho, else exponential with the Pollaczek-Khinchine mean."""
-    rho = rate * float(service.mean())
+def erlang_c(servers: int, load: float) -> float:
+    """Probability an arrival waits in an M/M/c queue with offered load `load` (the Erlang C formula, summed in
+    log space so hundreds of servers neither overflow nor loop in Python)."""
+    rho = load / servers
     if rho >= 1:
+        return 1.0
+    if load <= 0:
         return 0.0
+    k = np.arange(servers + 1)
+    log_terms = k * math.log(load) - np.concatenate(([0.0], np.cumsum(np.log(k[1:]))))
+    log_terms[-1] -= math.log(1 - rho)  # the waiting term a^c / c! / (1 - rho)
+    top = log_terms.max()
+    weights = np.exp(log_terms - top)
+    return float(weights[-1] / weights.sum())
+
+
+def attainment_curve(service: np.ndarray, extra: np.ndarray, slo: float) -> Callable[[float, int], float]:
+    """f(rate, servers): the share of requests whose wait + service + extra stays within `slo` when `rate`
+    arrivals/s share `servers` prefill ranks (the proxy routes to the least loaded). M/G/c with the Allen-Cunneen
+    mean wait: the wait is 0 with the Erlang C probability and else exponential. For one server this is
+    Pollaczek-Khinchine."""
+    mean_service = float(service.mean())
+    cv2 = float(service.var()) / mean_service**2
     slack = slo - service - extra
-    if rate <= 0:
-        return float(np.mean(slack >= 0))
-    mean_wait = rate * float(np.mean(service**2)) / (2 * (1 - rho))
-    tail = rho * np.exp(-rho * np.maximum(slack, 0.0) / max(mean_wait, 1e-12))
-    return float(np.mean(np.where(slack >= 0, 1.0 - tail, 0.0)))
+    met = slack >= 0
+    slack = slack[met]
+    share_met = met.mean()
+
+    def attainment(rate: float, servers: int = 1) -> float:
+        load = rate * mean_service
+        if load >= servers:
+            return 0.0
+        if rate <= 0 or slack.size == 0:
+            return float(share_met)
+        waits = erlang_c(servers, load)
+        mean_wait = waits * mean_service * (1 + cv2) / 2 / (servers - load)
+        tail = waits * np.exp(-waits * slack / max(mean_wait, 1e-12))
+        return float(share_met * (1.0 - tail.mean()))
+
+    return attainment
 
 
-def max_rate(service: np.ndarray, extra: np.ndarray, slo: float, target: float) -> float:
-    """The highest arrival rate at one server whose TTFT attainment still reaches `target` (0 if none does)."""
-    if ttft_attainment(0.0, service, extra, slo) < target:
+def ttft_attainment(rate: float, service: np.ndarray, extra: np.ndarray, slo: float, servers: int = 1) -> float:
+    return attainment_curve(service, extra, slo)(rate, servers)
+
+
+def max_rate(service: np.ndarray, extra: np.ndarray, slo: float, target: float, servers: int = 1,
+             curve: Callable[[float, int], float] | None = None) -> float:
+    """The highest arrival rate at `servers` ranks whose TTFT attainment still reaches `target` (0 if none does)."""
+    curve = curve or attainment_curve(service, extra, slo)
+    if curve(0.0, 1) < target:
         return 0.0
-    low, high = 0.0, 1.0 / float(service.mean())
-    for _ in range(40):
+    low, high = 0.0, servers / float(service.mean())
+    for _ in range(30):
         mid = (low + high) / 2
-        low, high = (mid, high) if ttft_attainment(mid, service, extra, slo) >= target else (low, mid)
+        low, high = (mid, high) if curve(mid, servers) >= target else (low, mid)
     return low
 
 
-def mean_ttft(rate: float, service: np.ndarray, extra: np.ndarray) -> float:
-    rho = rate * float(service.mean())
-    wait = rate * float(np.mean(service**2)) / (2 * (1 - rho)) if rho < 1 else math.inf
-    return wait + float(np.mean(service + extra))
+def pool_rates(service: np.ndarray, extra: np.ndarray, req: "Requirements", max_ranks: int,
+               ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Per-rank sustainable rate for pools of 1, 2, 4, ... ranks: a larger pool waits less, so each rank can take
+    more. Interpolated between the grid points by `Option.total_rate`."""
+    sizes = tuple(2**k for k in range(int(math.log2(max(max_ranks, 1))) + 1))
+    curve = attainment_curve(service, extra, req.ttft)
+    return sizes, tuple(max_rate(service, extra, req.ttft, req.attainment, c, curve) / c for c in sizes)
 
 
 # --- per role ---------------------------------------------------------------------------------------------------
@@ -98,14 +150,16 @@ def prefill_service(cost: CostModel, shape: Shape, prompts: np.ndarray) -> np.nd
     return np.interp(prompts, grid, times)
 
 
-def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int) -> Option | None:
+def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int,
+                   max_ranks: int = 1) -> Option | None:
     option = Option("prefill", shape, 0.0, chunk_tokens=req.max_model_len)
     service, extra = ttft_inputs(cost, option, req, kv_span_devices)
     rank_rate = max_rate(service, extra, req.ttft, req.attainment)
     if rank_rate <= 0:
         return None
+    sizes, rates = pool_rates(service, extra, req, max(max_ranks, shape.dp))
     return Option("prefill", shape, rank_rate * shape.dp, chunk_tokens=req.max_model_len,
-                  mean_ttft=mean_ttft(rank_rate, service, extra))
+                  pool_sizes=sizes, pool_rank_rates=rates)
 
 
 def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
@@ -132,7 +186,7 @@ def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | 
     return Option("decode", shape, rank_rate * shape.dp, batch_per_rank=batch, tpot=step_tpot)
 
 
-def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
+def colocated_option(cost: CostModel, shape: Shape, req: Requirements, max_ranks: int = 1) -> Option | None:
     """Chunked prefill inside the decode batch: every step runs the batch plus up to `chunk` prompt tokens, so TPOT
     pays for the chunk and a prompt of L tokens takes ceil(L / chunk) steps."""
     lengths = req.lengths
@@ -151,28 +205,32 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
     batches = sorted({int(b) for b in np.unique(np.geomspace(1, memory_batch, 12).round())})
     for chunk in CHUNK_SIZES:
         chunk_time = chunk * per_token
-        for batch in batches:
-            step = cost.decode_step(shape, batch, context, req.mtp).total + chunk_time
-            step_tpot = step / req.accepted
-            if step_tpot > req.tpot:
+        steps = [(batch, cost.decode_step(shape, batch, context, req.mtp).total + chunk_time) for batch in batches]
+        feasible = [(batch, step) for batch, step in steps if step / req.accepted <= req.tpot]
+        for batch, step in reversed(feasible):  # slots shrink with the batch: stop once they cannot win
+            slots = DECODE_SLOT_UTILISATION * batch / (mean_output * step / req.accepted)
+            if best is not None and slots * shape.dp <= best.rate:
                 break
-            slots = DECODE_SLOT_UTILISATION * batch / (mean_output * step_tpot)
             service = np.ceil(prompts / chunk) * step
             rate = min(slots, max_rate(service, np.full_like(service, step), req.ttft, req.attainment))
             if rate > 0 and (best is None or rate * shape.dp > best.rate):
                 best = Option("colocated", shape, rate * shape.dp, batch_per_rank=batch, chunk_tokens=chunk,
-                              tpot=step_tpot, mean_ttft=mean_ttft(rate, service, np.full_like(service, step)))
-    return best
+                              tpot=step / req.accepted, slot_rate_per_rank=slots)
+    if best is None:
+        return None
+    service, extra = ttft_inputs(cost, best, req, 0)
+    sizes, rates = pool_rates(service, extra, req, max(max_ranks, shape.dp))
+    return replace(best, pool_sizes=sizes, pool_rank_rates=rates)
 
 
-def ttft_quantile(rate: float, service: np.ndarray, extra: np.ndarray, q: float) -> float:
-    """The TTFT that a share `q` of requests stays within, under the same M/G/1 wait model."""
+def ttft_quantile(rate: float, service: np.ndarray, extra: np.ndarray, q: float, servers: int = 1) -> float:
+    """The TTFT that a share `q` of requests stays within, under the same wait model."""
     low, high = 0.0, float(np.max(service + extra)) + 1.0
-    while ttft_attainment(rate, service, extra, high) < q and high < 1e6:
+    while ttft_attainment(rate, service, extra, high, servers) < q and high < 1e6:
         high *= 2
     for _ in range(50):
         mid = (low + high) / 2
-        low, high = (mid, high) if ttft_attainment(rate, service, extra, mid) < q else (low, mid)
+        low, high = (mid, high) if ttft_attainment(rate, service, extra, mid, servers) < q else (low, mid)
     return high
 
 
@@ -185,8 +243,9 @@ def ttft_inputs(cost: CostModel, option: Option, req: Requirements, kv_span_devi
         service = np.ceil(prompts / option.chunk_tokens) * step
         return service, np.full_like(service, step)
     service = prefill_service(cost, option.shape, prompts)
-    fixed = cost.kv_transfer_time(option.shape, 0.0, kv_span_devices)  # the time is affine in the tokens moved
-    transfers = fixed + prompts * (cost.kv_transfer_time(option.shape, 1.0, kv_span_devices) - fixed)
+    link = cost.kv_link(kv_span_devices)
+    fixed = cost.kv_transfer_time(option.shape, 0.0, link)  # the time is affine in the tokens moved
+    transfers = fixed + prompts * (cost.kv_transfer_time(option.shape, 1.0, link) - fixed)
     exposed = transfers if req.kv_mode != "push" else np.maximum(transfers / cost.model.num_layers,
                                                                  transfers - service)
     return service, exposed + req.tpot * req.accepted

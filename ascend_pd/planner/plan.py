@@ -13,7 +13,7 @@ import numpy as np
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
-from ascend_pd.planner.capacity import Option, Requirements, ttft_attainment, ttft_inputs, ttft_quantile
+from ascend_pd.planner.capacity import Requirements, ttft_attainment, ttft_inputs, ttft_quantile
 from ascend_pd.planner.placement import build_deployment
 from ascend_pd.planner.search import Choice, Progress, SearchResult, search, unit_devices
 from ascend_pd.planner.workload import LengthSamples, samples
@@ -61,22 +61,15 @@ def requirements(cost: CostModel, inputs: PlanInputs) -> Requirements:
                         mtp=mtp, mtp_acceptance=inputs.mtp_acceptance if mtp else 0.0, kv_mode=inputs.kv_mode)
 
 
-def _ttft_side(cost: CostModel, choice: Choice, units: int, rate: float, req: Requirements,
-               span: int) -> tuple[Option, np.ndarray, np.ndarray, float]:
-    """The option that serves the first token, its per-request service and extra times, and the rate per rank."""
-    option = choice.option("prefill") or choice.option("colocated")
-    ranks = choice.count(option.role) * units * option.shape.dp
-    service, extra = ttft_inputs(cost, option, req, span)
-    return option, service, extra, rate / ranks
-
-
 def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int) -> dict[str, Any]:
-    """Predicted figures at the plan's design rate (the most it sustains within the SLOs)."""
+    """Predicted figures at the plan's design rate (the most it sustains within the SLOs), with each serving group's
+    first-token ranks as one pool the proxy balances."""
     rate = choice.rate * units
     devices = choice.devices * units
-    span = min(budget, unit_devices(cost.cluster))
-    _, service, extra, rank_rate = _ttft_side(cost, choice, units, rate, req, span)
-    attainment = ttft_attainment(rank_rate, service, extra, req.ttft)
+    first = choice.option("prefill") or choice.option("colocated")
+    ranks = choice.count(first.role) * first.shape.dp
+    service, extra = ttft_inputs(cost, first, req, min(budget, unit_devices(cost.cluster)))
+    attainment = ttft_attainment(choice.rate, service, extra, req.ttft, ranks)
     tpot = max(o.tpot for o, _ in choice.instances if o.role != "prefill")
     goodput = rate * attainment if tpot <= req.tpot else 0.0
     mean_output = float(req.lengths.output_tokens.mean())
@@ -87,7 +80,7 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
         "slo_attainment": attainment,
         "devices": devices,
         "output_tokens_per_s_per_device": rate * mean_output / devices,
-        "ttft_ms": {f"p{q}": ttft_quantile(rank_rate, service, extra, q / 100) * 1e3 for q in (50, 90, 99)},
+        "ttft_ms": {f"p{q}": ttft_quantile(choice.rate, service, extra, q / 100, ranks) * 1e3 for q in (50, 90, 99)},
         "tpot_ms": tpot * 1e3,
     }
 

@@ -83,12 +83,12 @@ def test_decode_kv_capacity_shrinks_as_sequences_grow():
 
 
 def test_pushed_kv_hides_behind_a_longer_prefill_but_pulled_kv_does_not():
-    transfer = DSR1.kv_transfer_time(Shape(tp=8), 4096, 32)
+    transfer = DSR1.kv_transfer_time(Shape(tp=8), 4096, DSR1.kv_link(32))
     assert DSR1.kv_exposed_time(transfer, prefill=1.0, mode="push") == pytest.approx(transfer / 61)
     assert DSR1.kv_exposed_time(transfer, prefill=1.0, mode="pull") == transfer
 
 
 def test_kv_of_a_4k_prompt_over_roce_matches_bytes_over_bandwidth():
     # 4096 tokens x 262,144 B of Qwen3-32B from a TP4 rank: a quarter per device over 25 GB/s RoCE + 10 us.
-    seconds = QWEN.kv_transfer_time(Shape(tp=4), 4096, 16)
+    seconds = QWEN.kv_transfer_time(Shape(tp=4), 4096, QWEN.kv_link(16))
     assert seconds == pytest.approx(4096 * 262144 / 4 / 25e9 + 10e-6)
