@@ -23,7 +23,8 @@ plan: install-base
 
 # The CPU verification build of the AscendC kernels (see kernels_ascendc/README.md).
 kernels-cpu:
-	@true
+	cmake -S kernels_ascendc -B kernels_ascendc/build-cpu -DRUN_MODE=cpu
+	cmake --build kernels_ascendc/build-cpu -j 2
 
 test: install-test kernels-cpu
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
