@@ -52,7 +52,7 @@ class WorkerSide:
         self.received: set[str] = set()
         self.failed_blocks: set[int] = set()
         self._current: AscendPDMetadata | None = None
-        self.server = side_channel.SideChannelServer(host, self.port, self._handle)
+        self.server: side_channel.SideChannelServer | None = None
 
     # ---- registration and handshakes ----
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
@@ -67,6 +67,8 @@ class WorkerSide:
         self.metadata = messages.AgentMetadata(
             engine_id=self.config.engine_id, tp_rank=self.tp_rank, tp_size=self.config.local.tp_size,
             session=self.transport.session, block_size=self.block_size, planes=[p.info for p in self.planes])
+        # Listen only once there is something to serve: a peer that connects earlier is retried with backoff.
+        self.server = side_channel.SideChannelServer(self.host, self.port, self._handle)
         logger.info("AscendPD worker %s rank %d: %d cache tensors registered, side channel on %s:%d",
                     self.config.engine_id, self.tp_rank, len(self.planes), self.host, self.port)
 
@@ -90,8 +92,6 @@ class WorkerSide:
 
     def _handle(self, message: messages.Request) -> messages.Reply:
         if isinstance(message, messages.GetMeta):
-            if self.metadata is None:
-                return messages.Refused(reason="KV caches are not registered yet; retry")
             return self.metadata
         return self.handle(message)
 
@@ -169,7 +169,8 @@ class WorkerSide:
         return stats
 
     def shutdown(self) -> None:
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
         self.jobs.shutdown(wait=True, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()
