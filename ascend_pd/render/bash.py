@@ -95,9 +95,7 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
                   "Mooncake itself does not need them.", ""]
     lines += ["## Processes", "", "| node | process | what |", "|---|---|---|"]
     for process in plan.processes():
-        instance = next(i for i in deployment.instances if i.name == process.instance)
-        summary = process_summary(process, instance.parallel.tp * instance.parallel.pp)
-        lines.append(f"| {process.node} | {process.name} | {summary} |")
+        lines.append(f"| {process.node} | {process.name} | {process_summary(process)} |")
     lines.append(f"| {proxy.node} | proxy | {plan.proxy_network.host_ip}:{proxy.port}, policy {proxy.policy} |")
     return "\n".join(lines) + "\n"
 

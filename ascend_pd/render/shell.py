@@ -52,22 +52,23 @@ def _argv_lines(argv: Iterable[str], indent: str) -> list[str]:
     return [indent + " ".join(words) for words in lines]
 
 
-def process_summary(process: Process, tp_workers: int) -> str:
+def process_summary(process: Process) -> str:
     kv = ""
     if process.kv_port is not None:
-        last = process.kv_port + tp_workers - 1
+        last = process.kv_port + len(process.devices) - 1
         ports = f"{process.kv_port}" if last == process.kv_port else f"{process.kv_port}-{last}"
         kv = f", kv ports {ports}, engine {process.engine_id}"
     devices = ",".join(str(d) for d in process.devices)
-    return f"{process.instance} DP rank {process.dp_rank} ({process.role}): devices {devices}, http {process.http_port}{kv}"
+    part = f" part {process.node_rank + 1} (headless)" if process.http_port is None else ""
+    http = "" if process.http_port is None else f", http {process.http_port}"
+    return f"{process.instance} DP rank {process.dp_rank}{part} ({process.role}): devices {devices}{http}{kv}"
 
 
-def start_lines(plan: LaunchPlan, process: Process) -> list[str]:
-    instance = next(i for i in plan.deployment.instances if i.name == process.instance)
+def start_lines(process: Process) -> list[str]:
     words = ["start", process.name, "env", *(f"{k}={v}" for k, v in process.env)]
     head = " ".join(quote(w) for w in words)
     body = _argv_lines(process.argv, "    ")
-    lines = [f"# {process_summary(process, instance.parallel.tp * instance.parallel.pp)}", head + " \\"]
+    lines = [f"# {process_summary(process)}", head + " \\"]
     lines += [line + " \\" for line in body[:-1]] + [body[-1]]
     return lines
 
@@ -80,7 +81,7 @@ def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process])
         lines += MOONCAKE_LIBRARY_PATH.splitlines()
     for process in processes:
         lines.append("")
-        lines += start_lines(plan, process)
+        lines += start_lines(process)
     return lines
 
 

@@ -29,9 +29,12 @@ time.sleep(120)
 """
 
 
+SPREAD_TP = Path(__file__).resolve().parents[2] / "unit" / "render" / "spread-tp-qwen3.yaml"
+
+
 def render_to(example, out, **options):
-    result = render_bundle(load_deployment(configs_dir() / "deployments" / f"{example}.yaml"),
-                           RenderOptions(target="bash", **options))
+    path = example if isinstance(example, Path) else configs_dir() / "deployments" / f"{example}.yaml"
+    result = render_bundle(load_deployment(path), RenderOptions(target="bash", **options))
     write_bundle(result.files, out)
 
 
@@ -166,3 +169,21 @@ def test_proxy_launcher_starts_ascend_pd_proxy_on_the_deployment(tmp_path):
                                       "--host", "127.0.0.1", "--port", "8080"]
     finally:
         stop_and_check(out, "localhost-00", env, [record])
+
+
+def test_headless_part_of_a_spread_rank_joins_the_head_on_the_first_node(tmp_path):
+    out = tmp_path / "out"
+    render_to(SPREAD_TP, out)
+    env, records_dir = stub_path(tmp_path, "vllm")
+    assert run_script(out / "launch-cm0-n01.sh", env).returncode == 0
+    record, = wait_for_records(records_dir, 1)
+    try:
+        argv = record["argv"]
+        assert "--headless" in argv
+        assert (flag(argv, "--nnodes"), flag(argv, "--node-rank")) == ("2", "1")
+        assert flag(argv, "--master-addr") == "192.168.16.11"  # cm0-n00 serves the rank's HTTP
+        assert record["env"]["HCCL_IF_IP"] == "192.168.16.12"  # cm0-n01 itself
+        assert record["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3"
+        assert json.loads(flag(argv, "--kv-transfer-config"))["kv_port"] == 36000
+    finally:
+        stop_and_check(out, "cm0-n01", env, [record])

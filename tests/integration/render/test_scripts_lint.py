@@ -3,6 +3,7 @@ with `bash -n` and passes shellcheck with no warnings."""
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,7 +14,9 @@ from ascend_pd.render import render_bundle, write_bundle
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = sorted((configs_dir() / "deployments").glob("*.yaml"))
+# every shipped example, and a deployment with a DP rank spread over nodes (headless parts)
+EXAMPLES = sorted((configs_dir() / "deployments").glob("*.yaml")) + [
+    Path(__file__).resolve().parents[2] / "unit" / "render" / "spread-tp-qwen3.yaml"]
 
 
 def rendered_scripts(example, tmp_path):

@@ -58,7 +58,7 @@ def test_the_connector_parses_every_config_render_writes(fixture, request):
         config = parse_config(kv["kv_role"], kv["engine_id"], kv["kv_port"], kv["kv_connector_extra_config"])
         # vLLM hands a DP engine its global rank; a stand-alone engine (dense model) is rank 0 of its own.
         vllm_dp_rank = process.dp_rank if "--data-parallel-rank" in process.argv else 0
-        assert config.side_channel_port(vllm_dp_rank, 0) == process.kv_port
+        assert config.side_channel_port(vllm_dp_rank, process.first_worker) == process.kv_port
         assert config.role == process.role
 
 

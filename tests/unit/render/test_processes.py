@@ -1,8 +1,10 @@
 """The process layout: devices, ports, engine ids, DP flags and environment of every engine."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ascend_pd.errors import InputError
 
@@ -102,7 +104,7 @@ def test_cpu_engines_use_the_module_entry_point_one_core_per_rank_and_no_ascend_
     assert "--additional-config" not in decode.argv and "--quantization" not in decode.argv
 
 
-def test_a_dp_rank_spread_over_nodes_is_refused_with_the_field(cm384_example):
+def test_a_moe_dp_rank_spread_over_nodes_is_refused_with_the_field(cm384_example):
     prefill = cm384_example["instances"][0]
     prefill["devices"] = [{"node": "cm0-n00", "devices": [0, 1, 2, 3], "dp_rank": 0},
                           {"node": "cm0-n04", "devices": [0, 1, 2, 3], "dp_rank": 0},
@@ -110,7 +112,7 @@ def test_a_dp_rank_spread_over_nodes_is_refused_with_the_field(cm384_example):
     with pytest.raises(InputError) as caught:
         plan_of(cm384_example)
     assert caught.value.field == "instances[0].devices"
-    assert "cm0-n04" in caught.value.message
+    assert "MoE" in caught.value.message
 
 
 def test_a_dp_coordinator_port_taken_by_another_endpoint_is_refused(a3_example):
@@ -119,3 +121,30 @@ def test_a_dp_coordinator_port_taken_by_another_endpoint_is_refused(a3_example):
     with pytest.raises(InputError) as caught:
         plan_of(a3_example)
     assert "18100" in caught.value.message and caught.value.field == "instances[2].http_port"
+
+
+def spread_tp_deployment():
+    return yaml.safe_load((Path(__file__).with_name("spread-tp-qwen3.yaml")).read_text())
+
+
+def test_a_rank_spread_over_nodes_runs_a_serving_head_and_a_headless_part():
+    processes = by_name(plan_of(spread_tp_deployment()))
+    head, part = processes["prefill-0-dp0"], processes["prefill-0-dp0-node1"]
+    assert (head.node, head.http_port, head.kv_port) == ("cm0-n00", 8000, 36000)
+    # TP ranks 4-7 live on cm0-n01 and bind kv_port + 4 .. kv_port + 7 there
+    assert (part.node, part.http_port, part.kv_port, part.first_worker) == ("cm0-n01", None, 36004, 4)
+    for process, node_rank in ((head, "0"), (part, "1")):
+        assert flag(process.argv, "--nnodes") == "2"
+        assert flag(process.argv, "--node-rank") == node_rank
+        assert flag(process.argv, "--master-addr") == "192.168.16.11"  # cm0-n00
+        assert flag(process.argv, "--master-port") == str(8000 + 11000)
+    assert "--headless" in part.argv and "--headless" not in head.argv
+    assert dict(part.env)["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_an_uneven_spread_is_refused():
+    data = spread_tp_deployment()
+    data["instances"][0]["devices"] = [{"node": "cm0-n00", "devices": [0, 1, 2, 3, 4, 5], "dp_rank": 0},
+                                       {"node": "cm0-n01", "devices": [0, 1], "dp_rank": 0}]
+    with pytest.raises(InputError, match="unevenly"):
+        plan_of(data)
