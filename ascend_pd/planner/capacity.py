@@ -18,6 +18,11 @@ KV_HEADROOM = 0.9  # share of the KV cache planned for, so growing sequences are
 MAX_SEQS_PER_RANK = 512
 CHUNK_SIZES = (512, 1024, 2048, 4096, 8192)
 CURVE_POINTS = 48
+# The proxy sends each request to the lighter of two random ranks; the planner treats that as two ranks sharing
+# one queue (M/G/2), between random routing (M/G/1 per rank) and one queue for all ranks. The simulator, which
+# routes like the proxy, checks the choice.
+ROUTING_POOL = 2
+PREFILL_BATCH_TOKENS = 16384  # tokens a prefill DP rank batches per step (longer prompts run alone)
 
 
 @dataclass(frozen=True)
@@ -48,9 +53,6 @@ class Option:
     batch_per_rank: int = 0  # decode and colocated: sequences per DP rank
     chunk_tokens: int = 0  # colocated: prefill tokens per step; prefill: tokens per batch
     tpot: float = 0.0  # decode and colocated: seconds per output token at the planned batch
-    slot_rate_per_rank: float = math.inf  # colocated: what the decode slots of one rank sustain
-    pool_sizes: tuple[int, ...] = ()  # prefill and colocated: DP ranks sharing the arrivals ...
-    pool_rank_rates: tuple[float, ...] = ()  # ... and the rate each rank then sustains within the TTFT SLO
 
     @property
     def devices(self) -> int:
@@ -59,18 +61,6 @@ class Option:
     @property
     def rate_per_device(self) -> float:
         return self.rate / self.devices
-
-    def total_rate(self, count: np.ndarray | int) -> np.ndarray | float:
-        """What `count` instances sustain together: linear in the count for decode; for roles the TTFT SLO
-        limits, each rank's share grows with the pool (interpolated in log2 of the ranks); colocated ranks are
-        also capped by what their decode slots sustain."""
-        if not self.pool_sizes:
-            return count * self.rate
-        ranks = np.asarray(count, dtype=float) * self.shape.dp
-        per_rank = np.interp(np.log2(ranks), np.log2(self.pool_sizes), self.pool_rank_rates)
-        if self.role == "colocated":
-            per_rank = np.minimum(per_rank, self.slot_rate_per_rank)
-        return ranks * per_rank
 
 
 # --- queueing ---------------------------------------------------------------------------------------------------
@@ -133,15 +123,6 @@ def max_rate(service: np.ndarray, extra: np.ndarray, slo: float, target: float, 
     return low
 
 
-def pool_rates(service: np.ndarray, extra: np.ndarray, req: "Requirements", max_ranks: int,
-               ) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """Per-rank sustainable rate for pools of 1, 2, 4, ... ranks: a larger pool waits less, so each rank can take
-    more. Interpolated between the grid points by `Option.total_rate`."""
-    sizes = tuple(2**k for k in range(int(math.log2(max(max_ranks, 1))) + 1))
-    curve = attainment_curve(service, extra, req.ttft)
-    return sizes, tuple(max_rate(service, extra, req.ttft, req.attainment, c, curve) / c for c in sizes)
-
-
 # --- per role ---------------------------------------------------------------------------------------------------
 def prefill_service(cost: CostModel, shape: Shape, prompts: np.ndarray) -> np.ndarray:
     """Prefill time of each prompt on one DP rank, interpolated on a geometric grid of lengths."""
@@ -150,16 +131,13 @@ def prefill_service(cost: CostModel, shape: Shape, prompts: np.ndarray) -> np.nd
     return np.interp(prompts, grid, times)
 
 
-def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int,
-                   max_ranks: int = 1) -> Option | None:
-    option = Option("prefill", shape, 0.0, chunk_tokens=req.max_model_len)
+def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int) -> Option | None:
+    option = Option("prefill", shape, 0.0, chunk_tokens=prefill_batch_tokens(req))
     service, extra = ttft_inputs(cost, option, req, kv_span_devices)
-    rank_rate = max_rate(service, extra, req.ttft, req.attainment)
+    rank_rate = max_rate(service, extra, req.ttft, req.attainment, ROUTING_POOL) / ROUTING_POOL
     if rank_rate <= 0:
         return None
-    sizes, rates = pool_rates(service, extra, req, max(max_ranks, shape.dp))
-    return Option("prefill", shape, rank_rate * shape.dp, chunk_tokens=req.max_model_len,
-                  pool_sizes=sizes, pool_rank_rates=rates)
+    return replace(option, rate=rank_rate * shape.dp)
 
 
 def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
@@ -186,7 +164,7 @@ def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | 
     return Option("decode", shape, rank_rate * shape.dp, batch_per_rank=batch, tpot=step_tpot)
 
 
-def colocated_option(cost: CostModel, shape: Shape, req: Requirements, max_ranks: int = 1) -> Option | None:
+def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
     """Chunked prefill inside the decode batch: every step runs the batch plus up to `chunk` prompt tokens, so TPOT
     pays for the chunk and a prompt of L tokens takes ceil(L / chunk) steps."""
     lengths = req.lengths
@@ -212,15 +190,16 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements, max_ranks
             if best is not None and slots * shape.dp <= best.rate:
                 break
             service = np.ceil(prompts / chunk) * step
-            rate = min(slots, max_rate(service, np.full_like(service, step), req.ttft, req.attainment))
+            ttft_rate = max_rate(service, np.full_like(service, step), req.ttft, req.attainment, ROUTING_POOL)
+            rate = min(slots, ttft_rate / ROUTING_POOL)
             if rate > 0 and (best is None or rate * shape.dp > best.rate):
                 best = Option("colocated", shape, rate * shape.dp, batch_per_rank=batch, chunk_tokens=chunk,
-                              tpot=step / req.accepted, slot_rate_per_rank=slots)
-    if best is None:
-        return None
-    service, extra = ttft_inputs(cost, best, req, 0)
-    sizes, rates = pool_rates(service, extra, req, max(max_ranks, shape.dp))
-    return replace(best, pool_sizes=sizes, pool_rank_rates=rates)
+                              tpot=step / req.accepted)
+    return best
+
+
+def prefill_batch_tokens(req: Requirements) -> int:
+    return min(req.max_model_len, PREFILL_BATCH_TOKENS)
 
 
 def ttft_quantile(rate: float, service: np.ndarray, extra: np.ndarray, q: float, servers: int = 1) -> float:

@@ -38,7 +38,7 @@ def _vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
         extra = ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": req.mtp})]
     if option.role == "prefill":
         full_length = cost.memory(option.shape).kv_capacity_tokens // req.max_model_len
-        return VllmArgs(max_model_len=req.max_model_len, max_num_batched_tokens=req.max_model_len,
+        return VllmArgs(max_model_len=req.max_model_len, max_num_batched_tokens=option.chunk_tokens,
                         max_num_seqs=max(1, min(PREFILL_MAX_SEQS, full_length)))
     tokens_per_step = option.batch_per_rank * (1 + req.mtp)
     if option.role == "decode":

@@ -13,7 +13,7 @@ import numpy as np
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
-from ascend_pd.planner.capacity import Requirements, ttft_attainment, ttft_inputs, ttft_quantile
+from ascend_pd.planner.capacity import ROUTING_POOL, Requirements, ttft_attainment, ttft_inputs, ttft_quantile
 from ascend_pd.planner.placement import build_deployment
 from ascend_pd.planner.search import Choice, Progress, SearchResult, search, unit_devices
 from ascend_pd.planner.workload import LengthSamples, samples
@@ -62,14 +62,14 @@ def requirements(cost: CostModel, inputs: PlanInputs) -> Requirements:
 
 
 def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int) -> dict[str, Any]:
-    """Predicted figures at the plan's design rate (the most it sustains within the SLOs), with each serving group's
-    first-token ranks as one pool the proxy balances."""
+    """Predicted figures at the plan's design rate (the most it sustains within the SLOs)."""
     rate = choice.rate * units
     devices = choice.devices * units
     first = choice.option("prefill") or choice.option("colocated")
     ranks = choice.count(first.role) * first.shape.dp
     service, extra = ttft_inputs(cost, first, req, min(budget, unit_devices(cost.cluster)))
-    attainment = ttft_attainment(choice.rate, service, extra, req.ttft, ranks)
+    pair_rate = choice.rate / ranks * ROUTING_POOL  # what two ranks sharing a queue receive
+    attainment = ttft_attainment(pair_rate, service, extra, req.ttft, ROUTING_POOL)
     tpot = max(o.tpot for o, _ in choice.instances if o.role != "prefill")
     goodput = rate * attainment if tpot <= req.tpot else 0.0
     mean_output = float(req.lengths.output_tokens.mean())
@@ -80,7 +80,7 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
         "slo_attainment": attainment,
         "devices": devices,
         "output_tokens_per_s_per_device": rate * mean_output / devices,
-        "ttft_ms": {f"p{q}": ttft_quantile(choice.rate, service, extra, q / 100, ranks) * 1e3 for q in (50, 90, 99)},
+        "ttft_ms": {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3 for q in (50, 90, 99)},
         "tpot_ms": tpot * 1e3,
     }
 

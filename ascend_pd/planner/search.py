@@ -95,10 +95,9 @@ def evaluate_options(cost: CostModel, req: Requirements, budget: int,
     for index, shape in enumerate(shapes):
         if progress:
             progress(shape.label(), index, len(shapes))
-        max_ranks = budget // shape.rank_devices
-        for role, found in (("prefill", prefill_option(cost, shape, req, span, max_ranks)),
+        for role, found in (("prefill", prefill_option(cost, shape, req, span)),
                             ("decode", decode_option(cost, shape, req)),
-                            ("colocated", colocated_option(cost, shape, req, max_ranks))):
+                            ("colocated", colocated_option(cost, shape, req))):
             if found is not None:
                 options[role].append(found)
     return options
@@ -110,25 +109,19 @@ def _best_counts(p: Option, d: Option, budget: int) -> tuple[int, int, float] | 
     x = np.arange(1, (budget - d.devices) // p.devices + 1)
     if x.size == 0:
         return None
-    prefill_rate = p.total_rate(x)
-    y = np.minimum((budget - x * p.devices) // d.devices, np.ceil(prefill_rate / d.rate - 1e-9)).astype(int)
+    y = np.minimum((budget - x * p.devices) // d.devices, np.ceil(x * p.rate / d.rate - 1e-9)).astype(int)
     ok = y >= 1
     if not ok.any():
         return None
-    x, y, prefill_rate = x[ok], y[ok], prefill_rate[ok]
-    rate = np.minimum(prefill_rate, y * d.rate)
+    x, y = x[ok], y[ok]
+    rate = np.minimum(x * p.rate, y * d.rate)
     devices = x * p.devices + y * d.devices
     i = np.lexsort((devices, -rate))[0]
     return int(x[i]), int(y[i]), float(rate[i])
 
 
-def _fewest(option: Option, rate: float, budget: int) -> int | None:
-    """The fewest instances of `option` that sustain `rate` within `budget` devices."""
-    counts = np.arange(1, budget // option.devices + 1)
-    if counts.size == 0:
-        return None
-    enough = np.nonzero(option.total_rate(counts) >= rate * (1 - 1e-9))[0]
-    return int(counts[enough[0]]) if enough.size else None
+def _fewest(option: Option, rate: float) -> int:
+    return math.ceil(rate / option.rate - 1e-9)
 
 
 def choose(options: dict[str, list[Option]], budget: int, rate: float | None, top_k: int = 5) -> SearchResult:
@@ -142,17 +135,15 @@ def choose(options: dict[str, list[Option]], budget: int, rate: float | None, to
                     continue
                 x, y, sustained = counts
             else:
-                x, y = _fewest(p, rate, budget), _fewest(d, rate, budget)
-                if x is None or y is None:
-                    continue
-                sustained = min(float(p.total_rate(x)), y * d.rate)
+                x, y = _fewest(p, rate), _fewest(d, rate)
+                sustained = min(x * p.rate, y * d.rate)
             devices = x * p.devices + y * d.devices
             if devices <= budget:
                 choices.append(Choice("disaggregated", ((p, x), (d, y)), sustained, devices))
     for c in options["colocated"]:
-        n = budget // c.devices if rate is None else _fewest(c, rate, budget)
+        n = budget // c.devices if rate is None else _fewest(c, rate)
         if n and n * c.devices <= budget:
-            choices.append(Choice("colocated", ((c, n),), float(c.total_rate(n)), n * c.devices))
+            choices.append(Choice("colocated", ((c, n),), n * c.rate, n * c.devices))
     if not choices:
         return None  # type: ignore[return-value]
     if rate is None:

@@ -1,5 +1,6 @@
-"""Discrete-event simulation of a deployment: Poisson arrivals, batched prefill on P, KV transfer, continuous
-batching on D within max_num_seqs and the KV cache, chunked prefill on colocated instances.
+"""Discrete-event simulation of a deployment: Poisson arrivals routed like the proxy's least-loaded policy (the
+lighter of two random ranks), batched prefill on P, KV transfer, continuous batching on D within max_num_seqs and
+the KV cache, chunked prefill on colocated instances.
 
 Decode ranks advance as a fluid between events: with B sequences a rank emits `accepted` tokens per sequence every
 step(B, context), so only admissions and completions are events, not every step. Step and prefill times come from
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 import json
 import math
 from collections import deque
@@ -119,6 +121,7 @@ class Simulation:
                  seed: int = 0):
         self.deployment, self.cost, self.slo = deployment, cost, slo
         self.rng = np.random.default_rng(seed)
+        self.pick = random.Random(seed)
         self.events: list = []
         self.counter = itertools.count()
         self.mode = deployment.connector.mode
@@ -156,6 +159,13 @@ class Simulation:
     def push(self, time: float, kind: str, *payload) -> None:
         heapq.heappush(self.events, (time, next(self.counter), kind, payload))
 
+    def _two_choices(self, ranks: list, load):
+        """The proxy's least-loaded policy: the lighter of two ranks drawn at random."""
+        if len(ranks) == 1:
+            return ranks[0]
+        first, second = self.pick.sample(ranks, 2)
+        return first if load(first) <= load(second) else second
+
     def _link(self, a, b) -> LinkTier | None:
         return self.cost.cluster.link_between(a, b)
 
@@ -174,7 +184,7 @@ class Simulation:
         rank.busy = False
         for request in batch:
             rank.outstanding -= request.prompt
-            target = min(self.decode_only, key=lambda r: r.load)
+            target = self._two_choices(self.decode_only, lambda r: r.load)
             transfer = self.cost.kv_transfer_time(rank.shape, request.prompt,
                                                   self._link(rank.first_device, target.first_device))
             exposed = self.cost.kv_exposed_time(transfer, duration, self.mode)
@@ -260,13 +270,13 @@ class Simulation:
 
     def _arrival(self, now: float, request: Request) -> None:
         if self.prefill:
-            rank = min(self.prefill, key=lambda r: r.outstanding)
+            rank = self._two_choices(self.prefill, lambda r: r.outstanding)
             rank.outstanding += request.prompt
             rank.queue.append(request)
             if not rank.busy:
                 self._start_batch(rank, now)
             return
-        rank = min(self.colocated, key=lambda r: r.load)
+        rank = self._two_choices(self.colocated, lambda r: r.load)
         rank.advance(now)
         if not rank.prompts:
             rank.prompt_left = request.prompt
