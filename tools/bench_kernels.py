@@ -40,7 +40,8 @@ def cases(blocks: int, block_size: int, heads: int, head_dim: int):
     nbytes = cache.element_size()
     half_bytes = packed.numel() * nbytes
     yield f"gather_heads ({half} of {heads} heads)", half_bytes, lambda: kernels.gather_heads(cache, ids, half, half)
-    yield f"scatter_heads ({half} of {heads} heads)", half_bytes, lambda: kernels.scatter_heads(cache, ids, half, packed)
+    yield (f"scatter_heads ({half} of {heads} heads)", half_bytes,
+           lambda: kernels.scatter_heads(cache, ids, half, packed))
     yield "gather_heads (all heads)", cache.numel() * nbytes, lambda: kernels.gather_heads(cache, ids, 0, heads)
     yield "block_transpose (split 2)", cache.numel() * nbytes, lambda: kernels.block_transpose(cache, ids, 2)
     yield "nd_to_nz", cache.numel() * nbytes, lambda: kernels.nd_to_nz(cache, ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import torch
 
@@ -15,7 +16,7 @@ FRACTAL_ROWS = 16  # an NZ fractal has 16 rows, so block_size must be a multiple
 BlockIds = torch.Tensor | Sequence[int]
 
 
-def fail(field: str, message: str, fix: str) -> None:
+def fail(field: str, message: str, fix: str) -> NoReturn:
     raise InputError(message, field=field, fix=fix)
 
 
@@ -32,7 +33,7 @@ def check_cache(cache: torch.Tensor, field: str, ndim: int, layout: str) -> None
 
 
 def block_index(block_ids: BlockIds, num_blocks: int, device: torch.device, *, unique: bool) -> torch.Tensor:
-    """Block ids as an int64 tensor on `device`, after checking they name existing (and, for writes, distinct) blocks."""
+    """Block ids as an int64 tensor on `device`, checked to name existing (and, for writes, distinct) blocks."""
     ids = block_ids if isinstance(block_ids, torch.Tensor) else torch.as_tensor(list(block_ids), dtype=torch.int64)
     if ids.dim() != 1 or ids.dtype not in (torch.int32, torch.int64):
         fail("block_ids", f"expected a 1-D list of integer block ids, got {ids.dtype} shape {tuple(ids.shape)}",

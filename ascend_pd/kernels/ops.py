@@ -65,7 +65,7 @@ def block_transpose(cache: torch.Tensor, block_ids: BlockIds, split: int) -> Non
 
 
 def mla_split(fused: torch.Tensor, block_ids: BlockIds, rope_dim: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """Upstream fused MLA blocks [nb, bs, lora + rope] -> vllm-ascend nope [n, bs, 1, lora] and rope [n, bs, 1, rope]."""
+    """Upstream fused MLA blocks [nb, bs, lora + rope] -> vllm-ascend nope [n, bs, 1, lora], rope [n, bs, 1, rope]."""
     check_cache(fused, "fused", 3, "[num_blocks, block_size, kv_lora_rank + rope_dim]")
     if not 0 < rope_dim < fused.shape[2]:
         fail("rope_dim", f"rope_dim {rope_dim} does not leave a latent part in width {fused.shape[2]}",

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from ascendc_cpu import StandIn
 from kv_strategies import block_ids, random_cache
 
 from ascend_pd.kernels import plan_tp_transfer, reference
 
-settings.register_profile("standin", max_examples=30, deadline=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture])
-settings.load_profile("standin")
+examples = settings(max_examples=30, deadline=None)
 
 HEAD_DIMS = [64, 128, 192, 512, 576, 40]  # 40: bf16 rows of 80 bytes, not 32-byte aligned -> DataCopyPad
 DTYPES = [torch.bfloat16, torch.int8]
@@ -30,6 +28,7 @@ def with_cores(library, cores: int) -> StandIn:
     return StandIn(library, vector_cores=cores)
 
 
+@examples
 @given(st.data(), st.sampled_from(CORE_COUNTS))
 def test_gather_heads_kernel_matches_reference(standin_library, data, cores):
     cache = data.draw(nhd())
@@ -41,6 +40,7 @@ def test_gather_heads_kernel_matches_reference(standin_library, data, cores):
     assert torch.equal(packed, reference.gather_heads(cache, ids, head_start, head_count))
 
 
+@examples
 @given(st.data(), st.sampled_from(CORE_COUNTS))
 def test_scatter_heads_kernel_matches_reference(standin_library, data, cores):
     cache = data.draw(nhd())
@@ -55,6 +55,7 @@ def test_scatter_heads_kernel_matches_reference(standin_library, data, cores):
     assert torch.equal(cache, expected)
 
 
+@examples
 @given(st.data(), st.sampled_from(CORE_COUNTS))
 def test_block_transpose_kernel_matches_reference_staged_in_ub_or_through_workspace(standin_library, data, cores):
     cache = data.draw(nhd(head_counts=(2, 4, 8, 16)))
@@ -75,6 +76,7 @@ def test_block_transpose_of_a_block_larger_than_ub_goes_through_the_workspace(st
     assert torch.equal(cache, expected)
 
 
+@examples
 @given(st.data(), st.sampled_from(CORE_COUNTS))
 def test_mla_split_and_fuse_kernels_match_reference(standin_library, data, cores):
     lora, rope_dim = data.draw(st.sampled_from([(512, 64), (128, 64), (40, 24)]))
@@ -85,9 +87,11 @@ def test_mla_split_and_fuse_kernels_match_reference(standin_library, data, cores
     ref_nope, ref_rope = reference.mla_split(fused, ids, rope_dim)
     assert torch.equal(nope, ref_nope) and torch.equal(rope, ref_rope)
     back = list(range(len(ids)))[::-1]
-    assert torch.equal(with_cores(standin_library, cores).mla_fuse(nope, rope, back), reference.mla_fuse(nope, rope, back))
+    fused_back = with_cores(standin_library, cores).mla_fuse(nope, rope, back)
+    assert torch.equal(fused_back, reference.mla_fuse(nope, rope, back))
 
 
+@examples
 @given(st.data(), st.sampled_from(CORE_COUNTS))
 def test_nd_nz_kernels_match_reference(standin_library, data, cores):
     cache = data.draw(nhd(head_dims=[64, 128, 192, 512, 576]))
@@ -96,9 +100,11 @@ def test_nd_nz_kernels_match_reference(standin_library, data, cores):
     nz = with_cores(standin_library, cores).nd_to_nz(cache, ids)
     assert torch.equal(nz, reference.nd_to_nz(cache, ids, c0))
     back = list(range(len(ids)))
-    assert torch.equal(with_cores(standin_library, cores).nz_to_nd(nz, back, cache.shape[3]), reference.nz_to_nd(nz, back, cache.shape[3]))
+    nd = with_cores(standin_library, cores).nz_to_nd(nz, back, cache.shape[3])
+    assert torch.equal(nd, reference.nz_to_nd(nz, back, cache.shape[3]))
 
 
+@examples
 @given(num_kv_heads=st.sampled_from([1, 2, 4, 8]), src_tp=st.sampled_from([1, 2, 4, 8]),
        dst_tp=st.sampled_from([1, 2, 4, 8]), head_dim=st.sampled_from([64, 128, 40]),
        dtype=st.sampled_from(DTYPES), request=st.text(max_size=6))

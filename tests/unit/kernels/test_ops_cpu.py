@@ -12,8 +12,7 @@ import ascend_pd.kernels as kernels
 from ascend_pd.errors import InputError
 from ascend_pd.kernels import reference
 
-settings.register_profile("kernels", max_examples=40, deadline=None)
-settings.load_profile("kernels")
+examples = settings(max_examples=40, deadline=None)
 
 
 @st.composite
@@ -23,6 +22,7 @@ def nhd_caches(draw, head_counts=(1, 2, 4, 8), head_dims=HEAD_DIMS):
     return random_cache(shape, draw(st.sampled_from(DTYPES)), draw(st.integers(0, 2**16)))
 
 
+@examples
 @given(st.data())
 def test_gather_heads_matches_reference(data):
     cache = data.draw(nhd_caches())
@@ -35,6 +35,7 @@ def test_gather_heads_matches_reference(data):
     assert torch.equal(packed, reference.gather_heads(cache, ids, head_start, head_count))
 
 
+@examples
 @given(st.data())
 def test_scatter_heads_matches_reference_and_leaves_other_heads_alone(data):
     cache = data.draw(nhd_caches())
@@ -49,6 +50,7 @@ def test_scatter_heads_matches_reference_and_leaves_other_heads_alone(data):
     assert torch.equal(cache, expected)
 
 
+@examples
 @given(st.data())
 def test_block_transpose_matches_reference(data):
     cache = data.draw(nhd_caches(head_counts=(2, 4, 8, 16)))
@@ -60,6 +62,7 @@ def test_block_transpose_matches_reference(data):
     assert torch.equal(cache, expected)
 
 
+@examples
 @given(split=st.sampled_from([2, 4, 8]), block_size=st.sampled_from([16, 128]), seed=st.integers(0, 999))
 def test_block_transpose_rebuilds_the_block_the_senders_hold_together(split, block_size, seed):
     # each sender holds heads_per_sender heads of the same token block; whole sender blocks land one after another
@@ -72,12 +75,14 @@ def test_block_transpose_rebuilds_the_block_the_senders_hold_together(split, blo
     assert not local[0].any() and not local[2].any()
 
 
+@examples
 @given(st.data())
 def test_mla_split_and_fuse_match_reference_and_invert_each_other(data):
     block_size = data.draw(st.sampled_from([16, 128]))
     lora, rope_dim = data.draw(st.sampled_from([(512, 64), (128, 64), (40, 24)]))
     dtype = data.draw(st.sampled_from(DTYPES))
-    fused = random_cache((data.draw(st.integers(1, 5)), block_size, lora + rope_dim), dtype, data.draw(st.integers(0, 2**16)))
+    shape = (data.draw(st.integers(1, 5)), block_size, lora + rope_dim)
+    fused = random_cache(shape, dtype, data.draw(st.integers(0, 2**16)))
     ids = data.draw(block_ids(fused.shape[0], unique=False))
     nope, rope = kernels.mla_split(fused, ids, rope_dim)
     ref_nope, ref_rope = reference.mla_split(fused, ids, rope_dim)
@@ -88,6 +93,7 @@ def test_mla_split_and_fuse_match_reference_and_invert_each_other(data):
     assert torch.equal(kernels.mla_fuse(nope, rope, every_block), fused[ids])
 
 
+@examples
 @given(st.data())
 def test_nd_to_nz_and_back_match_reference(data):
     cache = data.draw(nhd_caches(head_dims=[d for d in HEAD_DIMS if d % 32 == 0]))
