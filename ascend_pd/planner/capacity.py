@@ -16,7 +16,7 @@ from ascend_pd.planner.workload import LengthSamples
 DECODE_SLOT_UTILISATION = 0.9  # continuous batching keeps about this share of a rank's slots busy at steady state
 KV_HEADROOM = 0.9  # share of the KV cache planned for, so growing sequences are not preempted
 MAX_SEQS_PER_RANK = 512
-CHUNK_SIZES = (512, 1024, 2048, 4096, 8192)
+CHUNK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
 CURVE_POINTS = 48
 # The proxy sends each request to the lighter of two random ranks; the planner treats that as two ranks sharing
 # one queue (M/G/2), between random routing (M/G/1 per rank) and one queue for all ranks. The simulator, which
@@ -53,6 +53,7 @@ class Option:
     batch_per_rank: int = 0  # decode and colocated: sequences per DP rank
     chunk_tokens: int = 0  # colocated: prefill tokens per step; prefill: tokens per batch
     tpot: float = 0.0  # decode and colocated: seconds per output token at the planned batch
+    chunk_step: float = 0.0  # colocated: seconds of a step that carries a prompt chunk
 
     @property
     def devices(self) -> int:
@@ -165,8 +166,9 @@ def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | 
 
 
 def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
-    """Chunked prefill inside the decode batch: every step runs the batch plus up to `chunk` prompt tokens, so TPOT
-    pays for the chunk and a prompt of L tokens takes ceil(L / chunk) steps."""
+    """Chunked prefill inside the decode batch. A step carrying a chunk of C prompt tokens takes T_d + T_c, a step
+    without one T_d; at rate r per rank a share u = r E[L] T_c / C of the time goes to chunks, so the mean step is
+    T_d / (1 - u). TPOT is the mean step over accepted tokens; a prompt of L tokens takes ceil(L / C) chunk steps."""
     lengths = req.lengths
     context = lengths.mean_decode_context()
     capacity = cost.memory(shape).kv_capacity_tokens
@@ -174,27 +176,35 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
     if memory_batch < 1 or capacity < req.max_model_len:
         return None
     prompts = lengths.input_tokens
+    mean_prompt = float(prompts.mean())
     token_weighted = float(np.sum(prompts**2) / np.sum(prompts))
     per_prompt_token = cost.prefill_time(shape, [token_weighted]).parts
     per_token = (max(per_prompt_token["compute"], per_prompt_token["weights_read"])
                  + per_prompt_token.get("communication_exposed", 0.0)) / token_weighted
     mean_output = float(lengths.output_tokens.mean())
+    slots_used = DECODE_SLOT_UTILISATION
     best: Option | None = None
     batches = sorted({int(b) for b in np.unique(np.geomspace(1, memory_batch, 12).round())})
+    decode_steps = {batch: cost.decode_step(shape, batch, context, req.mtp).total for batch in batches}
     for chunk in CHUNK_SIZES:
         chunk_time = chunk * per_token
-        steps = [(batch, cost.decode_step(shape, batch, context, req.mtp).total + chunk_time) for batch in batches]
-        feasible = [(batch, step) for batch, step in steps if step / req.accepted <= req.tpot]
-        for batch, step in reversed(feasible):  # slots shrink with the batch: stop once they cannot win
-            slots = DECODE_SLOT_UTILISATION * batch / (mean_output * step / req.accepted)
-            if best is not None and slots * shape.dp <= best.rate:
-                break
-            service = np.ceil(prompts / chunk) * step
-            ttft_rate = max_rate(service, np.full_like(service, step), req.ttft, req.attainment, ROUTING_POOL)
-            rate = min(slots, ttft_rate / ROUTING_POOL)
+        share_per_rate = mean_prompt * chunk_time / chunk  # u = rate x this
+        for batch in reversed(batches):
+            step = decode_steps[batch]
+            if step / req.accepted >= req.tpot:
+                continue
+            by_tpot = (1 - step / (req.tpot * req.accepted)) / share_per_rate
+            by_slots = slots_used * batch * req.accepted / (mean_output * step
+                                                            + slots_used * batch * req.accepted * share_per_rate)
+            if best is not None and min(by_tpot, by_slots) * shape.dp <= best.rate:
+                continue
+            service = np.ceil(prompts / chunk) * (step + chunk_time)
+            by_ttft = max_rate(service, np.zeros_like(service), req.ttft, req.attainment, ROUTING_POOL) / ROUTING_POOL
+            rate = min(by_tpot, by_slots, by_ttft)
             if rate > 0 and (best is None or rate * shape.dp > best.rate):
+                mean_step = step / (1 - rate * share_per_rate)
                 best = Option("colocated", shape, rate * shape.dp, batch_per_rank=batch, chunk_tokens=chunk,
-                              tpot=step / req.accepted)
+                              tpot=mean_step / req.accepted, chunk_step=step + chunk_time)
     return best
 
 
@@ -218,9 +228,8 @@ def ttft_inputs(cost: CostModel, option: Option, req: Requirements, kv_span_devi
     colocated step) for `option`, as the capacity functions use them."""
     prompts = req.lengths.input_tokens
     if option.role == "colocated":
-        step = option.tpot * req.accepted
-        service = np.ceil(prompts / option.chunk_tokens) * step
-        return service, np.full_like(service, step)
+        service = np.ceil(prompts / option.chunk_tokens) * option.chunk_step
+        return service, np.zeros_like(service)
     service = prefill_service(cost, option.shape, prompts)
     link = cost.kv_link(kv_span_devices)
     fixed = cost.kv_transfer_time(option.shape, 0.0, link)  # the time is affine in the tokens moved
