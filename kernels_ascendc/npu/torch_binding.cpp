@@ -1,6 +1,7 @@
 // torch.ops.ascend_pd.*: the KV layout ops on NPU tensors. Each op checks its tensors, plans the tiling on the
 // host, allocates outputs, and queues the kernel launch on the current NPU stream through OpCommand.
 // Argument checks with readable messages live in ascend_pd/kernels (Python); these TORCH_CHECKs guard the device.
+#include <ATen/ATen.h>
 #include <torch/library.h>
 #include <torch_npu/csrc/core/npu/NPUStream.h>
 #include <torch_npu/csrc/framework/OpCommand.h>
@@ -43,10 +44,11 @@ uint8_t* Bytes(const at::Tensor& t) { return static_cast<uint8_t*>(t.data_ptr())
 template <typename Launch>
 void Enqueue(const char* name, Launch launch)
 {
+    aclrtStream stream = c10_npu::getCurrentNPUStream().stream();  // the caller's stream, not the queue thread's
     at_npu::native::OpCommand cmd;
     cmd.Name(name);
-    cmd.SetCustomHandler([launch]() -> int {
-        launch(c10_npu::getCurrentNPUStream().stream());
+    cmd.SetCustomHandler([launch, stream]() -> int {
+        launch(stream);
         return 0;
     });
     cmd.Run();
