@@ -36,6 +36,7 @@ class Behaviour:
     prefill_delay: float = 0.0  # seconds before P answers (or a colocated engine starts decoding)
     token_delay: float = 0.0  # seconds between two output tokens
     fail_rate: float = 0.0  # fraction of completion requests answered with a 500 at once
+    queue_delay: float = 0.0  # seconds a D request waits for free blocks before it fetches its KV
 
 
 class FakeEngine:
@@ -141,6 +142,7 @@ class FakeEngine:
             await asyncio.sleep(self.behaviour.prefill_delay)
             return web.json_response(self._prefill(request, body, params, prompt))
         if params.get("do_remote_prefill"):
+            await asyncio.sleep(self.behaviour.queue_delay)
             prompt = await self._receive_kv(request, params, prompt)
             if prompt is None:
                 return web.json_response({"error": {"message": "KV never arrived"}}, status=500)
@@ -180,11 +182,14 @@ class FakeEngine:
             return await self._await_layerwise(request, params)
         return None
 
-    async def _pull_kv(self, params) -> str:
+    async def _pull_kv(self, params) -> str | None:
         url = f"http://{params['remote_host']}:{params['remote_port']}/kv/{params['remote_block_ids'][0]}"
-        async with self._session.get(url) as answer:
-            if answer.status == 200:
-                return await answer.text()
+        try:
+            async with self._session.get(url) as answer:
+                if answer.status == 200:
+                    return await answer.text()
+        except aiohttp.ClientError:
+            return None  # P is gone: the transfer fails
         self.stale_reads += 1
         return ""  # the blocks were freed or reused: decode runs on whatever is there
 

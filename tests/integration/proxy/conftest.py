@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest_asyncio
 
@@ -72,3 +74,13 @@ async def rig():
     yield made
     if made.session is not None:
         await made.stop()
+
+
+async def eventually(predicate, timeout: float = 5.0) -> bool:
+    """Poll until `predicate()` holds (True) or `timeout` seconds pass (False); the box may be busy."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True

@@ -7,6 +7,7 @@ import pytest
 
 from ascend_pd.proxy.settings import Timeouts
 from ascend_pd.proxy.testing import Behaviour
+from tests.integration.proxy.conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -59,7 +60,7 @@ async def test_dead_prefill_is_removed_by_health_checks_and_traffic_continues(ri
     await rig.start(prefills=2, health_interval=0.05, breaker_failures=2, timeouts=Timeouts(health=0.2))
     dead, alive = rig.prefills
     await dead.stop()
-    await asyncio.sleep(0.6)
+    assert await eventually(lambda: not rig.proxy.pool.get(dead.url).routable())
     statuses = [(await rig.post(BODY))[0] for _ in range(20)]
     assert statuses == [200] * 20
     assert served_by(alive) == 20
@@ -82,22 +83,19 @@ async def test_decode_failing_before_its_first_token_means_a_fresh_prefill_on_a_
 async def test_client_disconnect_cancels_both_upstream_requests_in_push_mode(rig):
     await rig.start(mode="push", behaviour=Behaviour(prefill_delay=2.0))
     request = asyncio.ensure_future(rig.post({**BODY, "stream": True}))
-    await asyncio.sleep(0.3)
-    assert rig.prefills[0].active == 1 and rig.decodes[0].active == 1
+    assert await eventually(lambda: rig.prefills[0].active == 1 and rig.decodes[0].active == 1)
     request.cancel()
-    await asyncio.sleep(0.3)
-    assert rig.prefills[0].cancelled == 1
-    assert rig.decodes[0].cancelled == 1
-    assert rig.proxy.inflight == 0
+    assert await eventually(lambda: rig.prefills[0].cancelled == 1 and rig.decodes[0].cancelled == 1)
+    assert await eventually(lambda: rig.proxy.inflight == 0)
 
 
 async def test_client_disconnect_during_prefill_cancels_it_and_decode_is_never_called(rig):
     await rig.start(mode="pull", behaviour=Behaviour(prefill_delay=2.0))
     request = asyncio.ensure_future(rig.post({**BODY, "stream": True}))
-    await asyncio.sleep(0.3)
+    assert await eventually(lambda: rig.prefills[0].active == 1)
     request.cancel()
-    await asyncio.sleep(0.3)
-    assert rig.prefills[0].cancelled == 1
+    assert await eventually(lambda: rig.prefills[0].cancelled == 1)
+    await asyncio.sleep(0.2)
     assert rig.decodes[0].received == []
 
 
@@ -105,8 +103,7 @@ async def test_client_disconnect_mid_stream_cancels_decode_and_prefill_holds_no_
     await rig.start(mode="pull", behaviour=Behaviour(token_delay=0.05))
     async with rig.session.post(rig.url + "/v1/completions", json={**BODY, "max_tokens": 200, "stream": True}) as r:
         await r.content.readany()
-    await asyncio.sleep(0.3)
-    assert rig.decodes[0].cancelled == 1
+    assert await eventually(lambda: rig.decodes[0].cancelled == 1)
     assert rig.prefills[0].held_kv == 0
     assert rig.proxy.pool.by_role("decode")[0].load_tokens == 0
 
@@ -114,7 +111,7 @@ async def test_client_disconnect_mid_stream_cancels_decode_and_prefill_holds_no_
 async def test_overload_is_answered_429_with_retry_after(rig):
     await rig.start(max_inflight=2, behaviour=Behaviour(token_delay=0.05))
     slow = [asyncio.ensure_future(rig.post({**BODY, "max_tokens": 20, "stream": True})) for _ in range(2)]
-    await asyncio.sleep(0.2)
+    assert await eventually(lambda: rig.proxy.inflight == 2)
     async with rig.session.post(rig.url + "/v1/completions", json=BODY) as response:
         assert response.status == 429
         assert response.headers["Retry-After"] == "1"
@@ -150,3 +147,34 @@ async def test_no_backend_left_is_503_with_retry_after_not_an_empty_200(rig):
     async with rig.session.post(rig.url + "/v1/completions", json=BODY) as response:
         assert response.status == 503
         assert "Retry-After" in response.headers
+
+
+async def test_client_leaving_before_decode_read_the_kv_lets_decode_read_it_so_prefill_frees_it(rig):
+    await rig.start(mode="pull", behaviour=Behaviour(queue_delay=0.5, token_delay=0.05))
+    request = asyncio.ensure_future(rig.post({**BODY, "max_tokens": 50, "stream": True}))
+    # P has answered; D is still queued and has not read P's blocks
+    assert await eventually(lambda: rig.prefills[0].held_kv == 1 and rig.decodes[0].active == 1)
+    request.cancel()
+    assert await eventually(lambda: rig.decodes[0].cancelled == 1)  # stopped before decoding all 50 tokens
+    assert rig.prefills[0].held_kv == 0  # but only after it read (and so freed) the blocks
+    assert await eventually(lambda: rig.proxy.pool.by_role("decode")[0].inflight == 0)
+
+
+async def test_push_prefill_failure_cancels_decode_and_starts_a_new_transfer(rig):
+    await rig.start(mode="push", prefills=2, prefill_policy="round-robin")
+    rig.prefills[0].fail_next(1)
+    status, _ = await rig.post(BODY)
+    assert status == 200
+    transfers = [b["kv_transfer_params"]["transfer_id"] for b in rig.decodes[0].received]
+    assert len(transfers) == 2 and len(set(transfers)) == 2
+    assert rig.decodes[0].received[1]["kv_transfer_params"]["remote_port"] == rig.prefills[1].kv_port
+
+
+async def test_layerwise_prefill_failure_is_retried_on_another_prefill_for_the_same_decode(rig):
+    await rig.start(mode="layerwise", prefills=2, prefill_policy="round-robin")
+    rig.prefills[0].fail_next(1)
+    status, _ = await rig.post({**BODY, "stream": True})
+    assert status == 200
+    assert len(rig.decodes[0].received) == 1
+    first, second = rig.prefills[0].received[0], rig.prefills[1].received[0]
+    assert first["kv_transfer_params"] == second["kv_transfer_params"]  # D's coordinates, passed on unchanged

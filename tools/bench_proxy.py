@@ -1,0 +1,247 @@
+"""Latency the PD proxy adds, and the request rate it sustains, against fake vLLM engines on loopback.
+
+Three processes: fake P and D engines (tools/fake_vllm.py), the proxy (`ascend-pd proxy`, pull flow) and this load
+generator. "Direct" is the load generator doing the proxy's job itself (P with one output token, then D with P's
+kv_transfer_params) against the same engines, so proxied minus direct is what the proxy costs. Direct and proxied
+requests run side by side in the same window, so a neighbour's load on a shared machine hits both alike.
+
+    python tools/bench_proxy.py                      # 64 concurrent streams, then the maximum rate
+    python tools/bench_proxy.py --concurrency 16 --requests 500 --tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from ascend_pd.proxy.openai_body import decode_body, prefill_body
+
+TOOLS = Path(__file__).resolve().parent
+
+
+@dataclass
+class Sample:
+    latencies: list[float] = field(default_factory=list)  # seconds, send to last byte
+    failures: int = 0
+    elapsed: float = 0.0
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.elapsed if self.elapsed else 0.0
+
+
+class Direct:
+    """The client does the handoff itself: P, then D with P's kv_transfer_params."""
+
+    def __init__(self, engines: dict):
+        self._prefills = itertools.cycle([e["url"] for e in engines["prefill"]])
+        self._decodes = itertools.cycle([e["url"] for e in engines["decode"]])
+
+    async def __call__(self, session: aiohttp.ClientSession, body: dict) -> bool:
+        async with session.post(next(self._prefills) + "/v1/completions",
+                                data=msgspec.json.encode(prefill_body(body, {"do_remote_decode": True}))) as answer:
+            params = msgspec.json.decode(await answer.read()).get("kv_transfer_params")
+        async with session.post(next(self._decodes) + "/v1/completions",
+                                data=msgspec.json.encode(decode_body(body, params))) as answer:
+            return answer.status == 200 and bool(await answer.read())
+
+
+class Proxied:
+    def __init__(self, url: str, pid: int):
+        self._url = url + "/v1/completions"
+        self.pid = pid
+
+    async def __call__(self, session: aiohttp.ClientSession, body: dict) -> bool:
+        async with session.post(self._url, data=msgspec.json.encode(body)) as answer:
+            return answer.status == 200 and bool(await answer.read())
+
+
+async def closed_loop(client, body: dict, concurrency: int, requests: int) -> Sample:
+    """`concurrency` workers, each sending its next request when the last one ends, until `requests` are done."""
+    sample = Sample()
+    remaining = iter(range(requests))
+    connector = aiohttp.TCPConnector(limit=0)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+        async def worker():
+            for _ in remaining:
+                started = time.perf_counter()
+                try:
+                    ok = await client(session, body)
+                except aiohttp.ClientError:
+                    ok = False
+                if ok:
+                    sample.latencies.append(time.perf_counter() - started)
+                else:
+                    sample.failures += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        sample.elapsed = time.perf_counter() - started
+    return sample
+
+
+def start(command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+async def wait_healthy(url: str, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(url + "/health") as answer:
+                    if answer.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise SystemExit(f"the proxy at {url} did not become healthy")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.2f}"
+
+
+async def side_by_side(direct, proxied, body: dict, concurrency: int, requests: int) -> tuple[Sample, Sample]:
+    """`concurrency` direct and `concurrency` proxied workers at the same time, each worker switching sides after
+    every request, so both sides see the same machine at the same moment."""
+    samples = {"direct": Sample(), "proxied": Sample()}
+    remaining = iter(range(2 * requests))
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers={"Content-Type": "application/json"}) as session:
+        async def worker(first: int):
+            turn = itertools.cycle([("direct", direct), ("proxied", proxied)][first:] +
+                                   [("direct", direct), ("proxied", proxied)][:first])
+            for _ in remaining:
+                name, client = next(turn)
+                started = time.perf_counter()
+                try:
+                    ok = await client(session, body)
+                except aiohttp.ClientError:
+                    ok = False
+                if ok:
+                    samples[name].latencies.append(time.perf_counter() - started)
+                else:
+                    samples[name].failures += 1
+
+        await asyncio.gather(*(worker(k % 2) for k in range(2 * concurrency)))
+    return samples["direct"], samples["proxied"]
+
+
+async def latency_table(direct, proxied, args) -> None:
+    print(f"\nadded latency (send to last byte) at {args.concurrency} concurrent requests through the proxy and "
+          f"{args.concurrency} direct, {args.tokens} output tokens, {args.token_delay * 1e3:.0f} ms per token, "
+          f"{args.requests} requests per side")
+    print(f"{'':14}{'direct p50':>12}{'proxied p50':>12}{'added p50':>11}{'direct p99':>12}{'proxied p99':>12}"
+          f"{'added p99':>11}  (ms)")
+    for streaming in (True, False):
+        body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
+                "stream": streaming}
+        d, p = await side_by_side(direct, proxied, body, args.concurrency, args.requests)
+        label = "streaming" if streaming else "non-streaming"
+        print(f"{label:14}{ms(d.quantile(0.5)):>12}{ms(p.quantile(0.5)):>12}"
+              f"{ms(p.quantile(0.5) - d.quantile(0.5)):>11}{ms(d.quantile(0.99)):>12}{ms(p.quantile(0.99)):>12}"
+              f"{ms(p.quantile(0.99) - d.quantile(0.99)):>11}   failures {d.failures}/{p.failures}")
+
+
+async def rate_table(direct, proxied, args) -> None:
+    print(f"\nmaximum sustained rate, engines without delays, {args.rate_concurrency} concurrent, "
+          f"{args.rate_requests} requests, {args.tokens} output tokens")
+    print(f"{'':14}{'direct req/s':>14}{'proxied req/s':>15}{'proxied/direct':>16}{'proxy CPU ms/req':>18}")
+    for streaming in (True, False):
+        body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
+                "stream": streaming}
+        d = await closed_loop(direct, body, args.rate_concurrency, args.rate_requests)
+        cpu_before = cpu_seconds(proxied.pid)
+        p = await closed_loop(proxied, body, args.rate_concurrency, args.rate_requests)
+        cpu_per_request = (cpu_seconds(proxied.pid) - cpu_before) / max(1, len(p.latencies))
+        label = "streaming" if streaming else "non-streaming"
+        print(f"{label:14}{d.rate:>14.0f}{p.rate:>15.0f}{p.rate / d.rate:>16.2f}{cpu_per_request * 1e3:>18.2f}"
+              f"   failures {d.failures}/{p.failures}")
+
+
+async def run_with_engines(token_delay: float, args, body) -> None:
+    engines_proc = start([sys.executable, str(TOOLS / "fake_vllm.py"), "--prefill", str(args.prefills), "--decode",
+                          str(args.decodes), "--token-delay", str(token_delay)])
+    proxy_proc = None
+    try:
+        engines = json.loads(engines_proc.stdout.readline())
+        port = free_port()
+        command = [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--host", "127.0.0.1", "--port", str(port),
+                   "--log-level", "warning", "--max-inflight", "4096"]
+        for role in ("prefill", "decode"):
+            for engine in engines[role]:
+                command += [f"--{role}", engine["url"]]
+        proxy_proc = start(command)
+        url = f"http://127.0.0.1:{port}"
+        await wait_healthy(url)
+        await body(Direct(engines), Proxied(url, proxy_proc.pid))
+    finally:
+        for process in (proxy_proc, engines_proc):
+            if process is not None:
+                process.terminate()
+                process.wait(10)
+
+
+async def main(args: argparse.Namespace) -> None:
+    load_before = os.getloadavg()
+    print(f"cpus {os.cpu_count()}, load average before {load_before[0]:.2f} {load_before[1]:.2f}")
+    await run_with_engines(args.token_delay, args, lambda d, p: latency_table(d, p, args))
+    if args.rate_requests:
+        await run_with_engines(0.0, args, lambda d, p: rate_table(d, p, args))
+    load_after = os.getloadavg()
+    print(f"\nload average after {load_after[0]:.2f} {load_after[1]:.2f} (the benchmark itself uses both cores)")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, default=64, help="concurrent requests for the latency table")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per side for the latency table")
+    parser.add_argument("--tokens", type=int, default=16, help="output tokens per request")
+    parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens (latency table)")
+    parser.add_argument("--rate-concurrency", type=int, default=64, help="concurrent requests for the rate table")
+    parser.add_argument("--rate-requests", type=int, default=3000, help="requests per side for the rate table "
+                                                                        "(0 skips it)")
+    parser.add_argument("--prefills", type=int, default=2)
+    parser.add_argument("--decodes", type=int, default=2)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop  # the same event loop the proxy runs on, so the load generator is not the bottleneck
+    except ImportError:
+        asyncio.run(main(parse()))
+    else:
+        uvloop.run(main(parse()))

@@ -1,0 +1,241 @@
+"""Soak the PD proxy: thousands of requests while backends are killed and restarted and clients walk away.
+
+The proxy runs as `ascend-pd proxy --deployment` in its own process; the fake engines and the clients run here.
+Every answer is checked: a 200 must carry exactly the tokens the fake D derives from the prompt (streams must end
+with [DONE] or an SSE error event); anything else must be an HTTP error with a JSON body. At the end the proxy must
+hold no load on any backend, and its memory (RSS) is sampled throughout.
+
+    python tools/soak_proxy.py --requests 10000 --mode pull
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from ascend_pd.proxy.testing import Behaviour, FakeEngine, fake_tokens
+
+CONNECTORS = {"pull": "{implementation: ascend-pd, mode: pull, protocol: tcp}",
+              "push": "{implementation: ascend-pd, mode: push, protocol: tcp}",
+              "layerwise": "{implementation: vllm-ascend, mode: push, protocol: tcp}"}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def deployment_yaml(engines: list[FakeEngine], mode: str, proxy_port: int) -> str:
+    instances = []
+    for index, engine in enumerate(engines):
+        instances.append(f"""  - name: {engine.role}-{index}
+    role: {engine.role}
+    devices: [{{node: localhost-00, devices: [{index % 4}]}}]
+    http_port: {engine.port}
+    kv_port: {engine.kv_port}""")
+    return f"""apiVersion: ascend-pd/v1
+kind: Deployment
+metadata: {{name: soak}}
+cluster: local-cpu
+model: {{name: tiny-llama-gqa, path: /models/tiny}}
+connector: {CONNECTORS[mode]}
+instances:
+{chr(10).join(instances)}
+proxy: {{node: localhost-00, port: {proxy_port}}}
+"""
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def check_answer(status: int, payload: bytes, streaming: bool, expected: str) -> str:
+    """'ok', 'error-reported' (a clean HTTP error or SSE error event), or 'corrupted'."""
+    if status != 200:
+        try:
+            return "error-reported" if "error" in msgspec.json.decode(payload) else "corrupted"
+        except msgspec.DecodeError:
+            return "corrupted"
+    if not payload:
+        return "corrupted"
+    if not streaming:
+        choice = msgspec.json.decode(payload)["choices"][0]
+        text = choice["message"]["content"] if "message" in choice else choice["text"]
+        return "ok" if text == expected else "corrupted"
+    text = ""
+    for event in payload.split(b"\n\n"):
+        if not event:
+            continue
+        data = event.removeprefix(b"data: ")
+        if data == b"[DONE]":
+            return "ok" if text == expected else "corrupted"
+        message = msgspec.json.decode(data)
+        if "error" in message:
+            return "error-reported" if expected.startswith(text) else "corrupted"
+        choice = message["choices"][0]
+        text += choice["delta"].get("content", "") if "delta" in choice else choice["text"]
+    return "corrupted"  # a 200 stream that just stops: the failure the proxy must never produce
+
+
+async def one_request(session, url: str, rng: random.Random, disconnect_rate: float, outcomes: Counter) -> None:
+    chat = rng.random() < 0.5
+    streaming = rng.random() < 0.7
+    prompt = " ".join(f"word{rng.randrange(1000)}" for _ in range(rng.randrange(1, 40)))
+    max_tokens = rng.randrange(1, 33)
+    if chat:
+        path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]}
+    else:
+        path, body = "/v1/completions", {"prompt": prompt}
+    body.update(model="fake-model", max_tokens=max_tokens, stream=streaming)
+    expected = "".join(fake_tokens(prompt, max_tokens))
+
+    async def call():
+        async with session.post(url + path, data=msgspec.json.encode(body)) as answer:
+            return answer.status, await answer.read()
+
+    task = asyncio.ensure_future(call())
+    if rng.random() < disconnect_rate:
+        await asyncio.sleep(rng.uniform(0, 0.03))
+        task.cancel()
+    try:
+        status, payload = await task
+    except asyncio.CancelledError:
+        outcomes["client-disconnected"] += 1
+        return
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        outcomes["lost"] += 1  # the proxy dropped the connection without an answer
+        return
+    outcomes[check_answer(status, payload, streaming, expected)] += 1
+    if status != 200:
+        outcomes[f"http-{status}"] += 1
+
+
+async def chaos(engines: list[FakeEngine], rng: random.Random, interval: float, stop: asyncio.Event,
+                kills: Counter) -> None:
+    """Kill a random engine now and then and restart it a little later, keeping one of each role alive."""
+    while not stop.is_set():
+        await asyncio.sleep(rng.uniform(0.5, 1.5) * interval)
+        victim = rng.choice(engines)
+        if sum(e.role == victim.role and e._runner is not None for e in engines) < 2:
+            continue
+        await victim.stop()
+        kills[victim.role] += 1
+        await asyncio.sleep(rng.uniform(0.2, 1.0) * interval)
+        await victim.start()
+
+
+async def soak(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    behaviour = Behaviour(prefill_delay=0.002, token_delay=0.001, fail_rate=args.fail_rate)
+    engines = [await FakeEngine(role, kv_port=0, behaviour=behaviour, seed=i).start()
+               for i, role in enumerate(["prefill"] * args.prefills + ["decode"] * args.decodes)]
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="soak-proxy-")
+    deployment = Path(workdir) / "deployment.yaml"
+    deployment.write_text(deployment_yaml(engines, args.mode, port))
+    proxy = subprocess.Popen([sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--deployment", str(deployment),
+                              "--host", "127.0.0.1", "--log-level", "error", "--health-interval", "0.5",
+                              "--read-timeout", "10", "--total-timeout", "30"],
+                             stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    outcomes: Counter = Counter()
+    kills: Counter = Counter()
+    memory: list[tuple[int, int]] = []
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                         timeout=aiohttp.ClientTimeout(total=60)) as session:
+            for _ in range(100):
+                try:
+                    async with session.get(url + "/health") as answer:
+                        if answer.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            stop = asyncio.Event()
+            chaos_task = asyncio.ensure_future(chaos(engines, rng, args.kill_interval, stop, kills))
+            started = time.perf_counter()
+            remaining = iter(range(args.requests))
+
+            async def worker():
+                for index in remaining:
+                    await one_request(session, url, rng, args.disconnect_rate, outcomes)
+                    if index % 500 == 0:
+                        memory.append((index, rss_bytes(proxy.pid)))
+
+            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+            elapsed = time.perf_counter() - started
+            stop.set()
+            await chaos_task
+            for engine in engines:
+                if engine._runner is None:
+                    await engine.start()
+            await asyncio.sleep(1.0)  # let handoffs of walked-away clients finish
+            async with session.get(url + "/health") as answer:
+                health = await answer.json()
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+        for engine in engines:
+            await engine.stop()
+    return report(args, outcomes, kills, memory, health, engines, elapsed)
+
+
+def report(args, outcomes, kills, memory, health, engines, elapsed) -> int:
+    answered = sum(outcomes[k] for k in ("ok", "error-reported", "corrupted", "lost"))
+    print(f"{args.requests} requests in {elapsed:.1f} s ({args.requests / elapsed:.0f} req/s), {args.mode} flow, "
+          f"{args.prefills} P + {args.decodes} D, concurrency {args.concurrency}")
+    print(f"backend kills: {dict(kills)}; injected engine failure rate {args.fail_rate:.0%}")
+    print(f"outcomes: ok {outcomes['ok']}, clean errors {outcomes['error-reported']}, "
+          f"client disconnects {outcomes['client-disconnected']}, LOST {outcomes['lost']}, "
+          f"CORRUPTED {outcomes['corrupted']}  (of {answered} answered)")
+    print("error statuses:", {k: v for k, v in sorted(outcomes.items()) if k.startswith("http-")})
+    leftover = [(b["name"], b["load_tokens"], b["inflight"]) for b in health["backends"]
+                if b["load_tokens"] or b["inflight"]]
+    print(f"load still held by the proxy after the run: {leftover or 'none'}; in flight {health['inflight']}")
+    print(f"stale KV reads at D (replayed handoffs): {sum(e.stale_reads for e in engines)}; "
+          f"decode recomputes: {sum(e.recomputes for e in engines)}")
+    rss = [r for _, r in memory]
+    if len(rss) >= 4:
+        warm, end = rss[len(rss) // 4], rss[-1]
+        print(f"proxy RSS MiB at request " + ", ".join(f"{i}: {r / 2**20:.1f}" for i, r in memory))
+        print(f"RSS growth after warm-up: {(end - warm) / 2**20:+.1f} MiB ({(end - warm) / warm:+.1%})")
+    bad = outcomes["lost"] + outcomes["corrupted"] + len(leftover) + health["inflight"]
+    print("RESULT:", "PASS" if bad == 0 else "FAIL")
+    return 0 if bad == 0 else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--mode", choices=sorted(CONNECTORS), default="pull")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--prefills", type=int, default=3)
+    parser.add_argument("--decodes", type=int, default=3)
+    parser.add_argument("--kill-interval", type=float, default=2.0, help="mean seconds between backend kills")
+    parser.add_argument("--disconnect-rate", type=float, default=0.05, help="fraction of clients that walk away")
+    parser.add_argument("--fail-rate", type=float, default=0.01, help="fraction of engine calls answered 500")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(soak(args)))
+
+
+if __name__ == "__main__":
+    main()
