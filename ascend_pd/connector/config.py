@@ -37,6 +37,7 @@ class ConnectorConfig:
     # D gives up on a push whose senders have not all reported by then and recomputes the prompt.
     push_timeout_s: float = 120.0
     handshake_retries: int = 5
+    handshake_timeout_s: float = 5.0
     handshake_backoff_s: float = 0.2
 
     @property
@@ -107,4 +108,7 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         prefill=_shape(extra, "prefill"), decode=_shape(extra, "decode"),
         abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
         push_timeout_s=_positive_float(extra, "push_timeout_s", ConnectorConfig.push_timeout_s),
+        handshake_retries=_positive_int(extra.get("handshake_retries", ConnectorConfig.handshake_retries),
+                                        "kv_connector_extra_config.handshake_retries"),
+        handshake_timeout_s=_positive_float(extra, "handshake_timeout_s", ConnectorConfig.handshake_timeout_s),
     )

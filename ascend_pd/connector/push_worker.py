@@ -7,6 +7,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ascend_pd import kernels
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
@@ -123,17 +125,21 @@ class PushWorker(WorkerSide):
             return self._sender_done(message)
         if not isinstance(message, messages.PushReady):
             return super().handle(message)
+        refusal = None
         if message.block_ids:
             try:
                 check_compatible(self.metadata.planes, message.dst.planes, self.block_size, message.dst.block_size)
             except LayoutMismatch as error:
-                return messages.Refused(reason=str(error))
+                # Nothing will be written to this rank: keep it as an empty target so P frees its blocks at once.
+                refusal = messages.Refused(reason=str(error))
+                message = msgspec.structs.replace(message, block_ids=[])
         with self.lock:
             out = self._outgoing.get(message.transfer_id)
             if out is None:  # D was faster than P's scheduler: keep it until the request shows up
                 self._early.setdefault(message.transfer_id, []).append((time.monotonic(), message))
-                return messages.Ack()
-        return self._attach(out, message)
+                return refusal or messages.Ack()
+        reply = self._attach(out, message)
+        return refusal or reply
 
     def _attach(self, out: _Outgoing, ready: messages.PushReady) -> messages.Reply:
         rank = ready.dst.tp_rank
@@ -245,7 +251,7 @@ class PushWorker(WorkerSide):
     def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady) -> None:
         try:
             reply = side_channel.request(recv.peer.host, recv.peer.port + sender, ready,
-                                         retries=self.config.handshake_retries,
+                                         retries=self.config.handshake_retries, timeout_s=self.config.handshake_timeout_s,
                                          backoff_s=self.config.handshake_backoff_s)
         except side_channel.PeerUnreachable as error:
             reply = messages.Refused(reason=str(error))

@@ -82,7 +82,7 @@ class WorkerSide:
         key = (peer.engine_id, rank)
         if key not in self._peer_meta:
             reply = side_channel.request(peer.host, peer.port + rank, messages.GetMeta(),
-                                         retries=self.config.handshake_retries,
+                                         retries=self.config.handshake_retries, timeout_s=self.config.handshake_timeout_s,
                                          backoff_s=self.config.handshake_backoff_s)
             if not isinstance(reply, messages.AgentMetadata):
                 raise LayoutMismatch(f"{peer.host}:{peer.port + rank} refused the handshake: {reply}")
@@ -101,7 +101,7 @@ class WorkerSide:
     def notify(self, host: str, port: int, message: messages.Request) -> bool:
         """Send a notice to a peer; False (logged) if it cannot be delivered."""
         try:
-            reply = side_channel.request(host, port, message, retries=self.config.handshake_retries,
+            reply = side_channel.request(host, port, message, retries=self.config.handshake_retries, timeout_s=self.config.handshake_timeout_s,
                                          backoff_s=self.config.handshake_backoff_s)
         except side_channel.PeerUnreachable as error:
             logger.warning("AscendPD: %s not delivered: %s", type(message).__name__, error)

@@ -6,6 +6,7 @@ Run as `python peer.py SPEC.json`; it writes its KV caches and what it reported 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -35,7 +36,8 @@ def make_worker(spec: dict):
     config = parse_config(role, spec["engine_id"], spec["kv_port"], {
         "mode": spec["mode"], "protocol": "tcp",
         "prefill": {"tp_size": spec["p_tp"], "dp_size": 1}, "decode": {"tp_size": spec["d_tp"], "dp_size": 1},
-        "abort_timeout_s": spec.get("abort_timeout_s", 60), "push_timeout_s": spec.get("push_timeout_s", 60)})
+        "abort_timeout_s": spec.get("abort_timeout_s", 60), "push_timeout_s": spec.get("push_timeout_s", 60),
+        "handshake_retries": spec.get("handshake_retries", 5), "handshake_timeout_s": 1.0})
     worker_class = PullWorker if spec["mode"] == "pull" else PushWorker
     return worker_class(config, "127.0.0.1", spec["tp_rank"], 0, num_kv_heads=spec["num_kv_heads"],
                         is_mla=spec["is_mla"], heads_outer=spec.get("heads_outer", False),
@@ -66,6 +68,8 @@ def prefill(spec: dict, worker, caches) -> dict:
     worker.on_metadata(step)
     layer_times = []
     for layer in range(spec["layers"]):
+        if layer == spec.get("die_at_layer"):
+            os._exit(1)  # the prefill process dies in the middle of the forward pass
         time.sleep(spec.get("layer_compute_s", 0))
         worker.save_kv_layer(layer_name(layer), step)
         layer_times.append(time.monotonic())
@@ -86,6 +90,9 @@ def decode(spec: dict, worker) -> dict:
                                                     request["dst_blocks"], 0)])
     announced = time.monotonic()
     worker.on_metadata(step)
+    if not request["dst_blocks"]:  # aborted before allocation: nothing to wait for, P only hears it may free
+        time.sleep(2)
+        return {"received_after_s": None, "failed_blocks": sorted(worker.take_failed_blocks())}
     seconds = wait_for(worker, request["id"], 1, spec["wait_s"])
     return {"received_after_s": seconds, "received_at": announced + seconds,
             "failed_blocks": sorted(worker.take_failed_blocks())}
@@ -97,6 +104,8 @@ def main() -> None:
     caches = build_caches(spec, filled=spec["role"] == "prefill")
     worker.register_kv_caches(caches)
     print("ready", flush=True)
+    if spec.get("die_after_ready"):
+        os._exit(1)
     result = prefill(spec, worker, caches) if spec["role"] == "prefill" else decode(spec, worker)
     stats = worker.take_stats()
     result["stats"] = stats.data if stats else None

@@ -75,3 +75,47 @@ def test_multi_chunk_staging_when_the_buffer_holds_fewer_blocks_than_the_request
         prefill_results, decode_results = run(tmp_path / mode, prefill, decode)
         assert_decode_caches_exact(decode, decode_results)
         assert_prefill_released(prefill_results)
+
+
+def test_dead_prefill_peer_becomes_a_load_error_not_a_hang(tmp_path):
+    prefill, decode = specs(tmp_path, mode="pull", p_tp=1, d_tp=1, common={"handshake_retries": 1},
+                            prefill={"die_after_ready": True})
+    _, decode_results = run(tmp_path, prefill, decode)
+    (result,) = decode_results
+    assert result["received_after_s"] < 20
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+
+
+def test_prefill_dying_mid_push_becomes_a_load_error_after_the_push_timeout(tmp_path):
+    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, common={"push_timeout_s": 4},
+                            prefill={"die_at_layer": 1, "layer_compute_s": 0.5})
+    _, decode_results = run(tmp_path, prefill, decode)
+    (result,) = decode_results
+    assert 4 <= result["received_after_s"] < 20
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+    assert "not every prefill rank reported" in log_of(tmp_path, decode[0])
+
+
+def test_prefill_frees_blocks_after_the_abort_timeout_when_no_decode_comes(tmp_path):
+    prefill, _ = specs(tmp_path, mode="pull", p_tp=1, d_tp=1, common={"abort_timeout_s": 1.5})
+    (result,), _ = run(tmp_path, prefill, [])
+    assert 1.5 <= result["released_after_s"] < 10
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_request_aborted_on_decode_before_allocation_releases_prefill_blocks(tmp_path, mode):
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=2, d_tp=1, dst_blocks=(), common={"abort_timeout_s": 60,
+                                                                                         "push_timeout_s": 60})
+    prefill_results, _ = run(tmp_path, prefill, decode)
+    for result in prefill_results:
+        assert result["released_after_s"] < 30  # told by D, long before the 60 s timeouts
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_different_block_sizes_fail_the_handshake_with_a_clear_message(tmp_path, mode):
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, decode={"block_size": 32},
+                            common={"push_timeout_s": 30})
+    _, (result,) = run(tmp_path, prefill, decode)
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+    assert result["received_after_s"] < 20
+    assert "prefill block size 16 != decode block size 32" in log_of(tmp_path, decode[0])
