@@ -205,14 +205,13 @@ class Simulation:
                 break
             rank.waiting.remove(request)
             request.admit_progress = rank.progress
-            if math.isnan(request.first_token):
-                request.first_token = now + rank.step_time()  # decode's first step emits the first token
-                to_emit = request.output
-            else:
-                to_emit = request.output - 1  # chunked prefill already emitted it
+            first_from_decode = math.isnan(request.first_token)
+            to_emit = request.output if first_from_decode else request.output - 1  # chunked prefill emitted one
             rank.prompt_sum += request.prompt
             rank.admit_sum += rank.progress
             heapq.heappush(rank.active, (rank.progress + max(to_emit, 1), request.id, request))
+            if first_from_decode:
+                request.first_token = now + rank.step_time()  # decode's first step emits the first token
 
     def _schedule(self, rank: DecodeRank, now: float) -> None:
         rank.retime()

@@ -1,0 +1,93 @@
+"""`ascend-pd plan` writes the five files, and every deployment it writes passes validation with no errors."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ascend_pd.cli.main import cli
+from ascend_pd.deploy import has_errors, validate_file
+
+
+def plan(tmp_path, *args: str) -> dict:
+    result = CliRunner().invoke(cli, ["plan", *args, "--out", str(tmp_path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def errors_of(path) -> list:
+    _, diagnostics = validate_file(path)
+    return [d for d in diagnostics if d.severity == "error"]
+
+
+def test_default_plan_writes_every_file_and_validates_clean(tmp_path):
+    data = plan(tmp_path, "--model", "deepseek-r1")
+    for name in ("deployment.yaml", "plan.json", "report.md", "pareto.csv", "pareto.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert errors_of(tmp_path / "deployment.yaml") == []
+    assert (tmp_path / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    predicted = data["predicted"]
+    assert predicted["goodput_rps"] > 0
+    assert predicted["goodput_per_device"] == pytest.approx(predicted["goodput_rps"] / predicted["devices"])
+    assert predicted["devices"] <= 768
+    assert {"p50", "p90", "p99"} <= set(predicted["ttft_ms"])
+    assert predicted["tpot_ms"] <= 50
+
+
+@pytest.mark.parametrize("model, cluster", [
+    ("qwen3-32b", "atlas-800i-a2-x4"),
+    ("deepseek-r1", "atlas-800t-a3-x4"),
+    ("deepseek-r1", "cloudmatrix384-x2"),
+    ("qwen3-30b-a3b", "atlas-800t-a3-x4"),
+    ("tiny-llama-gqa", "local-cpu"),
+])
+def test_plans_on_every_shipped_cluster_validate_clean(tmp_path, model, cluster):
+    plan(tmp_path, "--model", model, "--cluster", cluster)
+    assert errors_of(tmp_path / "deployment.yaml") == []
+
+
+def test_plan_json_counts_match_the_instances_of_the_deployment(tmp_path):
+    import yaml
+
+    data = plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4")
+    deployment = yaml.safe_load((tmp_path / "deployment.yaml").read_text())
+    for role in ("prefill", "decode", "colocated"):
+        instances = [i for i in deployment["instances"] if i["role"] == role]
+        expected = data[role]["count"] if data[role] else 0
+        assert len(instances) == expected
+        for inst in instances:
+            assert inst["parallel"]["tp"] == data[role]["parallel"]["tp"]
+    used = sum(len(p["devices"]) for i in deployment["instances"] for p in i["devices"])
+    assert used == data["predicted"]["devices"]
+
+
+def test_two_superpods_get_one_serving_group_each_with_its_own_prefill_and_decode(tmp_path):
+    import yaml
+
+    from ascend_pd.hardware import load_cluster
+
+    plan(tmp_path, "--model", "deepseek-r1", "--cluster", "cloudmatrix384-x2")
+    deployment = yaml.safe_load((tmp_path / "deployment.yaml").read_text())
+    pod_of = {n.name: n.superpod for n in load_cluster("cloudmatrix384-x2").nodes}
+    roles_per_pod = {}
+    for inst in deployment["instances"]:
+        pods = {pod_of[p["node"]] for p in inst["devices"]}
+        assert len(pods) == 1, f"{inst['name']} spans SuperPoDs {pods}"
+        roles_per_pod.setdefault(pods.pop(), set()).add(inst["role"])
+    assert len(roles_per_pod) == 2
+    for roles in roles_per_pod.values():
+        assert roles in ({"prefill", "decode"}, {"colocated"})
+
+
+def test_target_rate_uses_no_more_devices_than_needed_and_reaches_the_rate(tmp_path):
+    data = plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--rate", "2")
+    assert data["predicted"]["max_rate_rps"] >= 2
+    full = plan(tmp_path / "full", "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4")
+    assert data["predicted"]["devices"] < full["predicted"]["devices"]
+
+
+def test_report_says_which_deployment_kind_won_and_by_how_much(tmp_path):
+    plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--devices", "8")
+    report = (tmp_path / "report.md").read_text()
+    assert "## Disaggregated or colocated" in report
+    assert "more requests per device than the best" in report

@@ -1,0 +1,83 @@
+"""The simulator: its figures at low load follow from the cost model's pieces, overload breaks the SLO, and the
+planner's predicted goodput agrees with it on the shipped example workloads."""
+
+import pytest
+import yaml
+
+from ascend_pd.deploy.schema import SLO, LengthDistribution, Workload
+from ascend_pd.hardware import configs_dir
+from ascend_pd.perf.context import cost_model
+from ascend_pd.perf.shape import Shape
+from ascend_pd.planner.plan import PlanInputs, make_plan
+from ascend_pd.planner.simulator import simulate
+
+QWEN_A2 = cost_model("qwen3-32b", "atlas-800i-a2-x4")
+
+
+def fixed_workload(prompt: int, output: int, rate: float) -> Workload:
+    return Workload(input_tokens=LengthDistribution(mean=prompt), output_tokens=LengthDistribution(mean=output),
+                    rate=rate)
+
+
+def test_a_lone_request_sees_prefill_then_transfer_then_one_decode_step():
+    from ascend_pd.deploy import load_deployment
+
+    loaded = load_deployment(configs_dir() / "deployments" / "atlas-800i-a2-x4-qwen3-32b.yaml")
+    deployment = loaded.deployment
+    slo = SLO(ttft_ms=5000, tpot_ms=100)
+    # One request every 100 s: nobody queues, each runs alone.
+    result = simulate(deployment, QWEN_A2, fixed_workload(2048, 64, 0.01), slo, duration=2000, warmup=0)
+    p = next(i for i in deployment.instances if i.role == "prefill").parallel
+    d = next(i for i in deployment.instances if i.role == "decode").parallel
+    prefill = QWEN_A2.prefill_time(Shape(p.tp, p.dp), [2048.0]).total
+    first_step = QWEN_A2.decode_step(Shape(d.tp, d.dp), 1, 2048).total
+    # Prefill and decode sit on different A2 nodes: the pull crosses RoCE once the prefill is done.
+    assert deployment.connector.mode == "pull"
+    transfer = QWEN_A2.kv_transfer_time(Shape(p.tp), 2048, QWEN_A2.cluster.links["roce"])
+    expected_ms = (prefill + transfer + first_step) * 1e3
+    assert result["ttft_ms"]["p50"] == pytest.approx(expected_ms, rel=0.05)
+    assert result["slo_attainment"] == 1.0
+
+
+def test_three_times_the_design_rate_misses_the_slo():
+    slo = SLO(ttft_ms=1500, tpot_ms=40)
+    workload = fixed_workload(2048, 256, 1.0)
+    outcome = make_plan(QWEN_A2, PlanInputs(workload, slo, devices=16))
+    design = outcome.predicted["max_rate_rps"]
+    over = simulate(outcome.deployment, QWEN_A2, fixed_workload(2048, 256, 3 * design), slo, duration=120,
+                    warmup=30)
+    assert over["slo_attainment"] < 0.5
+    assert over["goodput_rps"] < 1.5 * design
+
+
+@pytest.mark.parametrize("example", ["atlas-800i-a2-x4-qwen3-32b", "atlas-800t-a3-x4-deepseek-r1"])
+def test_planner_goodput_agrees_with_the_simulator_within_15_percent(example):
+    shipped = yaml.safe_load((configs_dir() / "deployments" / f"{example}.yaml").read_text())
+    workload, slo = Workload(**shipped["workload"]), SLO(**shipped["slo"])
+    cost = cost_model(shipped["model"]["name"], shipped["cluster"], None, shipped["model"]["quantization"])
+    outcome = make_plan(cost, PlanInputs(workload, slo))
+    simulated = simulate(outcome.deployment, cost, outcome.deployment.workload, slo, duration=120, warmup=30)
+    assert simulated["goodput_rps"] == pytest.approx(outcome.predicted["goodput_rps"], rel=0.15)
+
+
+def test_a_decode_rank_never_holds_more_than_max_num_seqs():
+    from ascend_pd.planner import simulator
+
+    slo = SLO(ttft_ms=60000, tpot_ms=1000)
+    outcome = make_plan(QWEN_A2, PlanInputs(fixed_workload(512, 512, 1.0), slo, devices=16))
+    deployment = outcome.deployment
+    for inst in deployment.instances:
+        inst.vllm.max_num_seqs = 2
+    peak = {"seqs": 0}
+    original = simulator.Simulation._admit
+
+    def watching(self, rank, now):
+        original(self, rank, now)
+        peak["seqs"] = max(peak["seqs"], len(rank.active))
+
+    simulator.Simulation._admit = watching
+    try:
+        simulate(deployment, QWEN_A2, fixed_workload(512, 512, 20.0), slo, duration=20, warmup=0)
+    finally:
+        simulator.Simulation._admit = original
+    assert peak["seqs"] == 2
