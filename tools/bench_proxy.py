@@ -239,9 +239,4 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop  # the same event loop the proxy runs on, so the load generator is not the bottleneck
-    except ImportError:
-        asyncio.run(main(parse()))
-    else:
-        uvloop.run(main(parse()))
+    asyncio.run(main(parse()))

@@ -29,14 +29,6 @@ async def serve(args: argparse.Namespace) -> None:
     await asyncio.Event().wait()
 
 
-def _loop_factory():
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefill", type=int, default=1, help="prefill engines")
@@ -49,8 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(args))
+        asyncio.run(serve(args))
     except KeyboardInterrupt:
         sys.exit(0)
 

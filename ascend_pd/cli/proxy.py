@@ -120,15 +120,4 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
     roles = ", ".join(f"{sum(e.role == r for e in endpoints)} {r}" for r in ("prefill", "decode", "colocated"))
     click.echo(f"ascend-pd proxy: {mode} flow, {roles} endpoint(s), listening on {host}:{port}", err=True)
     web.run_app(build_app(proxy), host=host, port=port, handler_cancellation=True, access_log=None,
-                print=None, loop=_event_loop())
-
-
-def _event_loop():
-    """uvloop when installed (it roughly halves the proxy's CPU per request), else the standard loop."""
-    import asyncio
-
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+                print=None)
