@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import logging
 import random
 import subprocess
 import sys
@@ -234,6 +234,8 @@ def main() -> None:
     parser.add_argument("--fail-rate", type=float, default=0.01, help="fraction of engine calls answered 500")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    # engines are killed in the middle of requests on purpose; aiohttp logs each handler it interrupts
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     sys.exit(asyncio.run(soak(args)))
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-OUTPUT_CAPS = ("max_tokens", "max_completion_tokens")
-
 
 def prompt_text(body: dict[str, Any]) -> str:
     """The text of a completions `prompt` or of every chat message, joined; token-id prompts become digits."""

@@ -44,7 +44,3 @@ class PrefixIndex:
             self._owner.move_to_end(digest)
         while len(self._owner) > self.max_entries:
             self._owner.popitem(last=False)
-
-    def forget(self, url: str) -> None:
-        for digest in [d for d, owner in self._owner.items() if owner == url]:
-            del self._owner[digest]

@@ -11,7 +11,6 @@ from ascend_pd.deploy import Deployment
 # project's connector). layerwise: D first, P when D posts its blocks to /v1/metaserver (vllm-ascend's
 # MooncakeLayerwiseConnector). colocated: no handoff.
 Mode = Literal["pull", "push", "layerwise", "colocated"]
-MODES: tuple[str, ...] = ("pull", "push", "layerwise", "colocated")
 
 
 @dataclass(frozen=True)

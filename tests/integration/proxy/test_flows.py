@@ -1,7 +1,5 @@
 """Each flow over real sockets: the client sees exactly what D would have sent, and each leg gets the right body."""
 
-import asyncio
-
 import msgspec
 import pytest
 
