@@ -1,0 +1,47 @@
+"""Cache planes read from the shapes vLLM backends hand to register_kv_caches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ascend_pd.connector.kv_layout import cache_planes, registration_regions
+
+
+def test_a_stacked_kv_tensor_gives_a_k_and_a_v_plane():
+    cache = torch.zeros(2, 10, 16, 4, 64, dtype=torch.bfloat16)  # [2, nb, bs, H, D]
+    k, v = cache_planes({"l0": cache})
+    block_bytes = 16 * 4 * 64 * 2
+    assert (k.info.base_addr, v.info.base_addr) == (cache.data_ptr(), cache.data_ptr() + 10 * block_bytes)
+    assert (k.info.block_len, k.info.block_stride, k.info.num_heads, k.block_size) == (block_bytes, block_bytes, 4, 16)
+
+
+def test_an_ascend_k_v_pair_and_an_mla_nope_rope_pair_are_two_planes_each():
+    gqa = (torch.zeros(10, 128, 2, 128, dtype=torch.bfloat16), torch.zeros(10, 128, 2, 128, dtype=torch.bfloat16))
+    mla = (torch.zeros(10, 128, 1, 512, dtype=torch.bfloat16), torch.zeros(10, 128, 1, 64, dtype=torch.bfloat16))
+    planes = cache_planes({"gqa": gqa, "mla": mla})
+    assert [(p.layer, p.info.num_heads, p.info.block_len) for p in planes] == [
+        ("gqa", 2, 128 * 2 * 128 * 2), ("gqa", 2, 128 * 2 * 128 * 2),
+        ("mla", 1, 128 * 512 * 2), ("mla", 1, 128 * 64 * 2)]
+
+
+def test_the_cpu_attention_layout_is_heads_outer_with_k_and_v_side_by_side():
+    cache = torch.zeros(10, 4, 32, 2 * 64, dtype=torch.bfloat16)  # [nb, H, bs, 2*D]
+    (plane,) = cache_planes({"l0": cache}, heads_outer=True)
+    assert (plane.info.num_heads, plane.block_size, plane.info.heads_outer) == (4, 32, True)
+
+
+def test_a_fused_mla_cache_is_one_plane_of_one_head():
+    (plane,) = cache_planes({"l0": torch.zeros(10, 16, 576, dtype=torch.bfloat16)})
+    assert (plane.info.num_heads, plane.block_size, plane.info.block_len) == (1, 16, 16 * 576 * 2)
+
+
+def test_layers_with_different_block_sizes_are_refused():
+    with pytest.raises(ValueError, match="block size"):
+        cache_planes({"a": torch.zeros(4, 16, 1, 8), "b": torch.zeros(4, 32, 1, 8)})
+
+
+def test_registration_covers_each_whole_allocation():
+    cache = torch.zeros(2, 10, 16, 4, 64, dtype=torch.bfloat16)
+    regions = registration_regions(cache_planes({"l0": cache}))
+    assert sum(length for _, length in regions) == cache.numel() * 2

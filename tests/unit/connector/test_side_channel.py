@@ -1,0 +1,74 @@
+"""The ZMQ side channel on loopback: replies, refusals, unreachable peers and taken ports."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from ascend_pd.connector import messages, side_channel
+from ascend_pd.errors import InputError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_request_gets_the_handlers_reply():
+    port = free_port()
+    seen = []
+    server = side_channel.SideChannelServer("127.0.0.1", port,
+                                            lambda m: seen.append(m) or messages.Ack())
+    try:
+        reply = side_channel.request("127.0.0.1", port, messages.ReadDone(request_id="r-1", dst_rank=3))
+    finally:
+        server.stop()
+    assert reply == messages.Ack() and seen == [messages.ReadDone(request_id="r-1", dst_rank=3)]
+
+
+def test_a_handler_error_comes_back_as_a_refusal_and_the_channel_keeps_serving():
+    port = free_port()
+
+    def handler(message):
+        if isinstance(message, messages.GetMeta):
+            raise KeyError("no caches")
+        return messages.Ack()
+
+    server = side_channel.SideChannelServer("127.0.0.1", port, handler)
+    try:
+        refused = side_channel.request("127.0.0.1", port, messages.GetMeta())
+        after = side_channel.request("127.0.0.1", port, messages.ReadDone(request_id="r", dst_rank=0))
+    finally:
+        server.stop()
+    assert isinstance(refused, messages.Refused) and "no caches" in refused.reason
+    assert after == messages.Ack()
+
+
+def test_an_unreachable_peer_raises_after_the_retries_instead_of_hanging():
+    started = time.monotonic()
+    with pytest.raises(side_channel.PeerUnreachable):
+        side_channel.request("127.0.0.1", free_port(), messages.GetMeta(), timeout_s=0.2, retries=2, backoff_s=0.05)
+    assert time.monotonic() - started < 5
+
+
+def test_a_taken_port_is_a_clear_error_naming_it():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InputError) as error:
+            side_channel.SideChannelServer("127.0.0.1", port, lambda m: messages.Ack())
+    assert f"port {port}" in str(error.value) and error.value.field == "kv_port"
+
+
+def test_the_server_thread_stops():
+    port = free_port()
+    server = side_channel.SideChannelServer("127.0.0.1", port, lambda m: messages.Ack())
+    name = f"ascend-pd-side-channel-{port}"
+    assert name in {t.name for t in threading.enumerate()}
+    server.stop()
+    assert name not in {t.name for t in threading.enumerate()}
