@@ -118,3 +118,14 @@ def ascend_block_size(ctx: Context) -> Iterator[Diagnostic]:
                            f"instance '{inst.name}' has block_size={inst.vllm.block_size}; vllm-ascend's attention "
                            "kernels support 128 and force it with prefix caching or chunked prefill",
                            "set block_size: 128")
+
+
+@rule("APD409", "a block size the vLLM CPU attention backend rejects")
+def cpu_block_size(ctx: Context) -> Iterator[Diagnostic]:
+    chip_by_node = {n.name: n.chip.id for n in ctx.cluster.nodes}
+    for i, inst in enumerate(ctx.deployment.instances):
+        if chip_by_node.get(inst.devices[0].node) == "cpu" and inst.vllm.block_size % 32:
+            yield ctx.diag("APD409", "error", ("instances", i, "vllm", "block_size"),
+                           f"instance '{inst.name}' has block_size={inst.vllm.block_size}; vLLM's CPU attention "
+                           "backend needs a multiple of 32 and the engine fails at start otherwise",
+                           "set block_size: 32 (or 64, 128)")

@@ -308,7 +308,7 @@ def test_vllm_ascend_decode_pp_is_an_error(a2):
 
 
 def test_block_sizes_must_match_between_p_and_d(cpu):
-    cpu["instances"][1]["vllm"]["block_size"] = 32
+    cpu["instances"][1]["vllm"]["block_size"] = 64
     assert "APD407" in codes(cpu, "error")
 
 
@@ -319,8 +319,15 @@ def test_non_128_block_size_on_ascend_warns(a2):
     assert "APD408" in found and "APD407" not in found
 
 
-def test_block_size_16_on_cpu_is_fine(cpu):
-    assert "APD408" not in codes(cpu)
+def test_block_size_32_on_cpu_is_fine(cpu):
+    found = codes(cpu)
+    assert "APD408" not in found and "APD409" not in found
+
+
+def test_block_size_16_on_cpu_is_an_error(cpu):
+    for inst in cpu["instances"]:
+        inst["vllm"]["block_size"] = 16
+    assert "APD409" in codes(cpu, "error")
 
 # ---------------------------------------------------------------- ports
 
