@@ -149,6 +149,12 @@ class CostModel:
                  "kernel_launch": launch}
         return Breakdown(busy + exposed + launch, parts)
 
+    def chunk_time(self, shape: Shape, chunk_tokens: float, prompt_len: float) -> float:
+        """What a chunk of `chunk_tokens` prompt tokens adds to a decode step that already reads the weights: its
+        compute, at the attention cost of a `prompt_len`-token prompt."""
+        compute = self.prefill_time(shape, [prompt_len]).parts["compute"]
+        return compute * chunk_tokens / prompt_len
+
     # --- decode ----------------------------------------------------------------------------------------------
     def decode_step(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0) -> Breakdown:
         """One decode step of one DP rank holding `batch_per_rank` sequences of mean length `context`; with MTP the

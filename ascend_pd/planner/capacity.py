@@ -165,10 +165,37 @@ def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | 
     return Option("decode", shape, rank_rate * shape.dp, batch_per_rank=batch, tpot=step_tpot)
 
 
+def colocated_mean_step(rate: float, decode_step: float, chunk_time: float, chunks_per_request: float,
+                        lockstep: int) -> float:
+    """Mean step of a colocated rank fed `rate` requests/s. A step takes decode_step, plus chunk_time when it carries
+    a prompt chunk; with expert parallelism the `lockstep` DP ranks of an instance step together, so a step pays
+    for a chunk if any of them has one. The share of chunk steps depends on the step itself: a fixed point."""
+    chunks_per_s = rate * chunks_per_request
+    step = decode_step
+    for _ in range(40):
+        own = chunks_per_s * step
+        if own >= 1:
+            return math.inf
+        updated = decode_step + (1 - (1 - own) ** lockstep) * chunk_time
+        if abs(updated - step) < 1e-9:
+            break
+        step = updated
+    return step
+
+
+def _highest(ok: Callable[[float], bool], high: float) -> float:
+    """The largest rate in [0, high] for which `ok` holds (ok is monotone: true up to a point)."""
+    low = 0.0
+    for _ in range(25):
+        mid = (low + high) / 2
+        low, high = (mid, high) if ok(mid) else (low, mid)
+    return low
+
+
 def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
-    """Chunked prefill inside the decode batch. A step carrying a chunk of C prompt tokens takes T_d + T_c, a step
-    without one T_d; at rate r per rank a share u = r E[L] T_c / C of the time goes to chunks, so the mean step is
-    T_d / (1 - u). TPOT is the mean step over accepted tokens; a prompt of L tokens takes ceil(L / C) chunk steps."""
+    """Chunked prefill inside the decode batch: TPOT is the mean step over accepted tokens and must meet the SLO,
+    the decode slots must hold the requests in flight (Little's law), and a prompt of L tokens waits for its
+    ceil(L / C) chunk steps behind the prompts queued before it."""
     lengths = req.lengths
     context = lengths.mean_decode_context()
     capacity = cost.memory(shape).kv_capacity_tokens
@@ -176,33 +203,35 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
     if memory_batch < 1 or capacity < req.max_model_len:
         return None
     prompts = lengths.input_tokens
-    mean_prompt = float(prompts.mean())
-    token_weighted = float(np.sum(prompts**2) / np.sum(prompts))
-    per_prompt_token = cost.prefill_time(shape, [token_weighted]).parts
-    per_token = (max(per_prompt_token["compute"], per_prompt_token["weights_read"])
-                 + per_prompt_token.get("communication_exposed", 0.0)) / token_weighted
+    token_weighted = float(np.sum(prompts**2) / np.sum(prompts))  # the prompt length a prompt token sits in
     mean_output = float(lengths.output_tokens.mean())
-    slots_used = DECODE_SLOT_UTILISATION
+    lockstep = shape.dp if shape.ep > 1 else 1
     best: Option | None = None
     batches = sorted({int(b) for b in np.unique(np.geomspace(1, memory_batch, 12).round())})
     decode_steps = {batch: cost.decode_step(shape, batch, context, req.mtp).total for batch in batches}
     for chunk in CHUNK_SIZES:
-        chunk_time = chunk * per_token
-        share_per_rate = mean_prompt * chunk_time / chunk  # u = rate x this
+        chunk_time = cost.chunk_time(shape, chunk, token_weighted)
+        chunks_per_request = float(np.mean(np.ceil(prompts / chunk)))
+        ceiling = 1 / (chunks_per_request * (chunk_time + min(decode_steps.values())))
         for batch in reversed(batches):
             step = decode_steps[batch]
             if step / req.accepted >= req.tpot:
                 continue
-            by_tpot = (1 - step / (req.tpot * req.accepted)) / share_per_rate
-            by_slots = slots_used * batch * req.accepted / (mean_output * step
-                                                            + slots_used * batch * req.accepted * share_per_rate)
-            if best is not None and min(by_tpot, by_slots) * shape.dp <= best.rate:
+            slots = DECODE_SLOT_UTILISATION * batch * req.accepted / mean_output
+
+            def within(rate: float, step: float = step, slots: float = slots, chunk_time: float = chunk_time,
+                       chunks_per_request: float = chunks_per_request) -> bool:
+                mean = colocated_mean_step(rate, step, chunk_time, chunks_per_request, lockstep)
+                return mean <= req.tpot * req.accepted and rate * mean <= slots
+
+            by_tpot_and_slots = _highest(within, ceiling)
+            if best is not None and by_tpot_and_slots * shape.dp <= best.rate:
                 continue
             service = np.ceil(prompts / chunk) * (step + chunk_time)
             by_ttft = max_rate(service, np.zeros_like(service), req.ttft, req.attainment, ROUTING_POOL) / ROUTING_POOL
-            rate = min(by_tpot, by_slots, by_ttft)
+            rate = min(by_tpot_and_slots, by_ttft)
             if rate > 0 and (best is None or rate * shape.dp > best.rate):
-                mean_step = step / (1 - rate * share_per_rate)
+                mean_step = colocated_mean_step(rate, step, chunk_time, chunks_per_request, lockstep)
                 best = Option("colocated", shape, rate * shape.dp, batch_per_rank=batch, chunk_tokens=chunk,
                               tpot=mean_step / req.accepted, chunk_step=step + chunk_time)
     return best

@@ -88,6 +88,8 @@ class DecodeRank:
     prompt_sum: float = 0.0
     admit_sum: float = 0.0
     version: int = 0
+    lockstep: list | None = None  # colocated with EP: the instance's ranks, which step together
+    prefilling: list | None = None  # shared one-item counter: ranks of the lockstep group holding prompts
 
     @property
     def load(self) -> int:
@@ -107,7 +109,8 @@ class DecodeRank:
     def step_time(self) -> float:
         batch = len(self.active)
         base = self.table.step(max(batch, 1), self.context_used() / batch if batch else 64.0)
-        return base + (self.chunk_time if self.prompts else 0.0)
+        chunk_in_step = self.prompts or (self.prefilling is not None and self.prefilling[0] > 0)
+        return base + (self.chunk_time if chunk_in_step else 0.0)
 
     def retime(self) -> None:
         step = self.step_time()
@@ -117,8 +120,8 @@ class DecodeRank:
 
 
 class Simulation:
-    def __init__(self, deployment: Deployment, cost: CostModel, slo: SLO, mtp_acceptance: float = 0.7,
-                 seed: int = 0):
+    def __init__(self, deployment: Deployment, cost: CostModel, slo: SLO, token_weighted_prompt: float,
+                 mtp_acceptance: float = 0.7, seed: int = 0):
         self.deployment, self.cost, self.slo = deployment, cost, slo
         self.rng = np.random.default_rng(seed)
         self.pick = random.Random(seed)
@@ -129,6 +132,7 @@ class Simulation:
         self.decode: list[DecodeRank] = []
         cluster = cost.cluster
         tables: dict[tuple, StepTable] = {}
+        groups: dict[str, tuple[list, list]] = {}
         for inst in deployment.instances:
             shape = Shape(inst.parallel.tp, inst.parallel.dp, inst.parallel.ep, inst.parallel.pp)
             mtp = _mtp_tokens(inst)
@@ -145,9 +149,11 @@ class Simulation:
                                   accepted_tokens_per_step(mtp, mtp_acceptance if mtp else 0.0))
                 if inst.role == "colocated":
                     rank.chunk = max(1, inst.vllm.max_num_batched_tokens - inst.vllm.max_num_seqs * (1 + mtp))
-                    parts = cost.prefill_time(shape, [float(rank.chunk)]).parts
-                    rank.chunk_time = max(parts["compute"], parts["weights_read"]) + parts.get(
-                        "communication_exposed", 0.0)
+                    rank.chunk_time = cost.chunk_time(shape, rank.chunk, token_weighted_prompt)
+                if inst.role == "colocated" and shape.ep > 1 and shape.dp > 1:
+                    group = groups.setdefault(inst.name, ([], [0]))
+                    group[0].append(rank)
+                    rank.lockstep, rank.prefilling = group
                 rank.retime()
                 self.decode.append(rank)
         if not self.decode:
@@ -223,8 +229,19 @@ class Simulation:
         if times:
             self.push(min(times), "rank_event", rank, rank.version)
 
+    def _prompts_changed(self, rank: DecodeRank, had_prompts: bool, now: float) -> None:
+        """A rank of a lockstep group started or stopped prefilling: every rank of the group changes step time."""
+        if rank.lockstep is None or bool(rank.prompts) == had_prompts:
+            return
+        rank.prefilling[0] += 1 if rank.prompts else -1
+        for other in rank.lockstep:
+            if other is not rank:
+                other.advance(now)
+                self._schedule(other, now)
+
     def _rank_event(self, now: float, rank: DecodeRank) -> None:
         rank.advance(now)
+        had_prompts = bool(rank.prompts)
         while rank.active and rank.active[0][0] <= rank.progress + 1e-9:
             _, _, request = heapq.heappop(rank.active)
             request.finish = now
@@ -238,6 +255,7 @@ class Simulation:
                 rank.prompt_left += rank.prompts[0].prompt
         self._admit(rank, now)
         self._schedule(rank, now)
+        self._prompts_changed(rank, had_prompts, now)
 
     # --- the run -------------------------------------------------------------------------------------------------
     def run(self, lengths: LengthSamples, rate: float, duration: float, warmup: float) -> dict:
@@ -277,10 +295,12 @@ class Simulation:
             return
         rank = self._two_choices(self.colocated, lambda r: r.load)
         rank.advance(now)
-        if not rank.prompts:
+        had_prompts = bool(rank.prompts)
+        if not had_prompts:
             rank.prompt_left = request.prompt
         rank.prompts.append(request)
         self._schedule(rank, now)
+        self._prompts_changed(rank, had_prompts, now)
 
 
 def _mtp_tokens(instance: Instance) -> int:
@@ -324,11 +344,14 @@ def simulate(deployment: Deployment, cost: CostModel, workload, slo: SLO, durati
     count = int(workload.rate * duration * 1.2) + 100
     lengths = samples(workload, count, seed=seed + 1, base_dir=base_dir)
     limit = min(inst.vllm.max_model_len for inst in deployment.instances)
-    keep = lengths.total <= limit  # vLLM rejects longer requests; they count as missed
-    result = Simulation(deployment, cost, slo, mtp_acceptance, seed).run(
-        LengthSamples(lengths.input_tokens[keep], lengths.output_tokens[keep]), workload.rate / keep.mean(),
+    keep = lengths.total <= limit  # vLLM rejects longer requests: they never reach an instance and count as missed
+    served = float(keep.mean())
+    prompts = lengths.input_tokens[keep]
+    token_weighted = float(np.sum(prompts**2) / np.sum(prompts))  # the prompt length a prompt token sits in
+    result = Simulation(deployment, cost, slo, token_weighted, mtp_acceptance, seed).run(
+        LengthSamples(lengths.input_tokens[keep], lengths.output_tokens[keep]), workload.rate * served,
         duration, warmup)
-    result["rejected_share"] = float(1 - keep.mean())
-    if result["rejected_share"]:
-        result["slo_attainment"] *= keep.mean()
+    result["rejected_share"] = 1 - served
+    result["rate_rps"] /= served
+    result["slo_attainment"] *= served
     return result

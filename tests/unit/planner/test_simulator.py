@@ -81,3 +81,22 @@ def test_a_decode_rank_never_holds_more_than_max_num_seqs():
     finally:
         simulator.Simulation._admit = original
     assert peak["seqs"] == 2
+
+
+def test_colocated_expert_parallel_plan_agrees_with_the_simulator_within_15_percent():
+    # Short prompts on two A3 nodes, colocated only: its DP ranks step together (EP), chunks slow them all.
+    from ascend_pd.planner.placement import build_deployment
+    from ascend_pd.planner.plan import predict, requirements
+    from ascend_pd.planner.search import choose, evaluate_options
+
+    cost = cost_model("deepseek-r1", "atlas-800t-a3-x4")
+    workload, slo = fixed_workload(256, 256, 1.0), SLO(ttft_ms=2000, tpot_ms=50)
+    req = requirements(cost, PlanInputs(workload, slo, devices=32))
+    options = evaluate_options(cost, req, 32)
+    choice = choose({"prefill": [], "decode": [], "colocated": options["colocated"]}, 32, None).best
+    assert choice.option("colocated").shape.ep > 1
+    predicted = predict(cost, choice, 1, req, 32)
+    deployment = build_deployment(cost, choice, 1, req, workload.model_copy(update={"rate": choice.rate}), slo,
+                                  "atlas-800t-a3-x4")
+    simulated = simulate(deployment, cost, deployment.workload, slo, duration=120, warmup=30)
+    assert simulated["goodput_rps"] == pytest.approx(predicted["goodput_rps"], rel=0.15)
