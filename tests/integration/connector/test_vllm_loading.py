@@ -1,0 +1,80 @@
+"""vLLM builds the connector from kv_connector_module_path with a real VllmConfig, and the built workers move KV."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "unit" / "connector"))
+from vllm_scheduler import tiny_model_dir, vllm_config  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory):
+    """One-process TP group, as a vLLM worker has before it builds its connector."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.parallel_state import ensure_model_parallel_initialized, init_distributed_environment
+
+    model = tiny_model_dir(tmp_path_factory.mktemp("tiny-llama"))
+    with set_current_vllm_config(vllm_config(model, role="kv_producer", mode="pull")):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+        ensure_model_parallel_initialized(1, 1)
+    yield
+
+
+def build_worker(tmp_path, role: str, kv_port: int):
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    config = vllm_config(tiny_model_dir(tmp_path / "model"), role=role, mode="pull")
+    config.kv_transfer_config.kv_port = kv_port
+    config.kv_transfer_config.engine_id = role
+    return KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, None)
+
+
+def test_workers_built_by_vllm_pull_a_request_between_two_engines(tmp_path, distributed, monkeypatch):
+    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, RemotePeer
+
+    monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
+    base = free_port()
+    prefill, decode = build_worker(tmp_path, "kv_producer", base), build_worker(tmp_path, "kv_consumer", base + 50)
+    try:
+        # vLLM's CPU attention layout: [num_blocks, kv_heads, block_size, 2 * head_size]
+        source = torch.randint(-30000, 30000, (12, 2, 16, 64), dtype=torch.int16).view(torch.bfloat16)
+        target = torch.zeros_like(source)
+        prefill.register_kv_caches({"model.layers.0.self_attn.attn": source})
+        decode.register_kv_caches({"model.layers.0.self_attn.attn": target})
+        prefill.bind_connector_metadata(AscendPDMetadata(held={"p-req": 30.0}))
+        prefill.start_load_kv(None)
+        peer = RemotePeer("kv_producer", "127.0.0.1", base, 1)
+        decode.bind_connector_metadata(AscendPDMetadata(pull_recv=[PullRecv("d-req", "p-req", peer, [0, 1, 5],
+                                                                             [4, 5, 6])]))
+        decode.start_load_kv(None)
+        recving = sending = None
+        deadline = time.monotonic() + 30
+        while (not recving or not sending) and time.monotonic() < deadline:
+            recving = recving or decode.get_finished(set())[1]
+            sending = sending or prefill.get_finished(set())[0]
+            time.sleep(0.02)
+        assert recving == {"d-req"} and sending == {"p-req"}
+        assert torch.equal(target[[0, 1, 5]].view(torch.int16), source[[4, 5, 6]].view(torch.int16))
+        assert decode.get_block_ids_with_load_errors() == set()
+        stats = decode.get_kv_connector_stats()
+        assert stats.reduce()["Bytes transferred (MB)"] == round(3 * source[0].numel() * 2 / 1e6, 3)
+    finally:
+        prefill.shutdown()
+        decode.shutdown()
