@@ -171,6 +171,9 @@ def colocated_mean_step(rate: float, decode_step: float, chunk_time: float, chun
     a prompt chunk; with expert parallelism the `lockstep` DP ranks of an instance step together, so a step pays
     for a chunk if any of them has one. The share of chunk steps depends on the step itself: a fixed point."""
     chunks_per_s = rate * chunks_per_request
+    if lockstep == 1:  # step = decode_step + chunks_per_s * step * chunk_time, solved
+        share = chunks_per_s * chunk_time
+        return decode_step / (1 - share) if share < 1 else math.inf
     step = decode_step
     for _ in range(40):
         own = chunks_per_s * step
@@ -206,6 +209,7 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
     token_weighted = float(np.sum(prompts**2) / np.sum(prompts))  # the prompt length a prompt token sits in
     mean_output = float(lengths.output_tokens.mean())
     lockstep = shape.dp if shape.ep > 1 else 1
+    step_limit = req.tpot * req.accepted
     best: Option | None = None
     batches = sorted({int(b) for b in np.unique(np.geomspace(1, memory_batch, 12).round())})
     decode_steps = {batch: cost.decode_step(shape, batch, context, req.mtp).total for batch in batches}
@@ -222,7 +226,7 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
             def within(rate: float, step: float = step, slots: float = slots, chunk_time: float = chunk_time,
                        chunks_per_request: float = chunks_per_request) -> bool:
                 mean = colocated_mean_step(rate, step, chunk_time, chunks_per_request, lockstep)
-                return mean <= req.tpot * req.accepted and rate * mean <= slots
+                return mean <= step_limit and rate * mean <= slots
 
             by_tpot_and_slots = _highest(within, ceiling)
             if best is not None and by_tpot_and_slots * shape.dp <= best.rate:
