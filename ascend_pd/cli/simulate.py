@@ -30,7 +30,7 @@ def simulate_cmd(deployment_file, workload_file, input_mean, input_p99, input_di
 
     Without workload flags it uses the workload and SLO stored in the deployment.
     """
-    from ascend_pd.deploy import load_deployment
+    from ascend_pd.deploy import load_deployment, validate
     from ascend_pd.errors import InputError
     from ascend_pd.models import get_model
     from ascend_pd.perf.cost import CostModel
@@ -38,6 +38,11 @@ def simulate_cmd(deployment_file, workload_file, input_mean, input_p99, input_di
     from ascend_pd.planner.workload import DEFAULT_SLO
 
     loaded = load_deployment(deployment_file)
+    errors = [d for d in validate(loaded) if d.severity == "error"]
+    if errors:
+        first = errors[0]
+        raise InputError(f"{first.message} ({first.code}; {len(errors)} error(s) in all)", file=deployment_file,
+                         field=first.path, line=first.line, fix=f"{first.hint}; see `ascend-pd validate`")
     deployment = loaded.deployment
     if deployment.workload is None and not (workload_file or rate):
         raise InputError("the deployment has no workload", file=deployment_file, field="workload",

@@ -10,7 +10,7 @@ from ascend_pd.deploy.schema import (SLO, Connector, Deployment, DevicePlacement
 from ascend_pd.hardware import Cluster, Device, shipped_clusters
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import Option, Requirements
-from ascend_pd.planner.search import Choice, unit_devices
+from ascend_pd.planner.search import Choice
 
 HTTP_PORT_START = 8100  # DP rank i of an instance serves on http_port + i; the proxy keeps 8080
 PROXY_PORT = 8080
@@ -57,13 +57,11 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
                      cluster_ref: str) -> Deployment:
     cluster = cost.cluster
     groups = _serving_groups(cluster, units)
-    if units > 1 and len(groups[0]) != unit_devices(cluster):
-        raise ValueError("serving groups must be whole SuperPoDs")
     wanted = [(option, index) for option, count in choice.instances for index in range(count)]
     instances: list[Instance] = []
     counters = {"prefill": 0, "decode": 0, "colocated": 0}
-    http_port, low, high = HTTP_PORT_START, *cluster.ephemeral_port_range()
-    kv_port = high
+    http_port = HTTP_PORT_START
+    kv_port = cluster.ephemeral_port_range()[1]  # side-channel ports above the Ascend transport's random range
     for group in groups:
         offset = 0
         for option, _ in sorted(wanted, key=lambda item: -item[0].devices):  # largest first keeps offsets aligned

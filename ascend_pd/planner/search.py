@@ -124,7 +124,8 @@ def _fewest(option: Option, rate: float) -> int:
     return math.ceil(rate / option.rate - 1e-9)
 
 
-def choose(options: dict[str, list[Option]], budget: int, rate: float | None, top_k: int = 5) -> SearchResult:
+def choose(options: dict[str, list[Option]], budget: int, rate: float | None,
+           top_k: int = 5) -> SearchResult | None:
     """With a target `rate`: the fewest devices that sustain it. Without: the most goodput within `budget`."""
     choices: list[Choice] = []
     for p in options["prefill"]:
@@ -145,7 +146,7 @@ def choose(options: dict[str, list[Option]], budget: int, rate: float | None, to
         if n and n * c.devices <= budget:
             choices.append(Choice("colocated", ((c, n),), n * c.rate, n * c.devices))
     if not choices:
-        return None  # type: ignore[return-value]
+        return None
     if rate is None:
         choices.sort(key=lambda c: (-c.rate, c.devices))
     else:
@@ -165,20 +166,18 @@ def choose(options: dict[str, list[Option]], budget: int, rate: float | None, to
 
 def search(cost: CostModel, req: Requirements, budget: int, rate: float | None,
            progress: Progress | None = None) -> SearchResult:
-    """Plan one serving group per SuperPoD when the budget spans several (identical groups), else one group."""
-    unit = unit_devices(cost.cluster)
-    units = max(1, budget // unit) if budget > unit else 1
-    options = evaluate_options(cost, req, min(budget, unit), progress)
+    """Plan one serving group per SuperPoD when the budget spans several (identical groups), else one group. With a
+    target rate, as few groups as carry it."""
+    group_budget = min(budget, unit_devices(cost.cluster))
+    options = evaluate_options(cost, req, group_budget, progress)
     if rate is None:
-        result = choose(options, min(budget, unit), None)
+        units = budget // group_budget
+        result = choose(options, group_budget, None)
     else:
-        result = None
-        while result is None and units * unit <= max(budget, unit):
-            result = choose(options, min(budget, unit), rate / units)
-            if result is None and budget > unit:
-                units += 1
-            elif result is None:
-                break
+        result, units = None, 0
+        while result is None and (units + 1) * group_budget <= budget:
+            units += 1
+            result = choose(options, group_budget, rate / units)
     if result is None:
         need = "the target rate" if rate is not None else "the SLO"
         raise InputError(f"no deployment of {cost.model.id} on {budget} devices meets {need}", field="--devices",

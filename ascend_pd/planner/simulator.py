@@ -156,8 +156,6 @@ class Simulation:
                     rank.lockstep, rank.prefilling = group
                 rank.retime()
                 self.decode.append(rank)
-        if not self.decode:
-            raise ValueError("a deployment needs decode or colocated instances")
         self.decode_only = [r for r in self.decode if r.chunk == 0]
         self.colocated = [r for r in self.decode if r.chunk > 0]
 

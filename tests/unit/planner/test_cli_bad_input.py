@@ -41,3 +41,17 @@ def test_simulate_without_a_workload_anywhere_asks_for_one(tmp_path):
     result = CliRunner().invoke(cli, ["simulate", str(path)])
     assert result.exit_code == 2
     assert "workload" in result.output and "fix:" in result.output
+
+
+def test_simulate_refuses_a_deployment_that_fails_validation(tmp_path):
+    import yaml
+
+    from ascend_pd.hardware import configs_dir
+
+    data = yaml.safe_load((configs_dir() / "deployments" / "atlas-800i-a2-x4-qwen3-32b.yaml").read_text())
+    data["instances"] = [i for i in data["instances"] if i["role"] == "prefill"]  # no decode instance left
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(cli, ["simulate", str(path)])
+    assert result.exit_code == 2
+    assert "APD301" in result.output and "ascend-pd validate" in result.output

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from ascend_pd.cli.main import cli
-from ascend_pd.deploy import has_errors, validate_file
+from ascend_pd.deploy import validate_file
 
 
 def plan(tmp_path, *args: str) -> dict:
