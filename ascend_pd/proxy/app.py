@@ -50,10 +50,9 @@ class Proxy:
     def mode_now(self) -> str:
         """The configured flow, or colocated instances when no P/D pair can be formed right now."""
         mode = self.settings.mode
-        if mode != "colocated" and not (self.pool.candidates("prefill") and self.pool.candidates("decode")):
-            if self.pool.candidates("colocated"):
-                return "colocated"
-        return mode
+        if mode == "colocated" or not self.pool.candidates("colocated"):
+            return mode
+        return mode if self.pool.candidates("prefill") and self.pool.candidates("decode") else "colocated"
 
     def servable(self) -> bool:
         roles = ("colocated",) if self.mode_now() == "colocated" else ("prefill", "decode")
