@@ -143,6 +143,8 @@ def _print_plan(data: dict, out_dir: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from ascend_pd.planner.report import versus
+
     console = Console()
     p = data["predicted"]
     w = data["workload"]
@@ -161,10 +163,10 @@ def _print_plan(data: dict, out_dir: str | None) -> None:
                           str(part["count"] * part["devices_per_instance"]), str(part.get("batch_per_rank", "-")),
                           f"{part['rate_rps_per_instance']:.2f}")
     console.print(table)
-    figures = Table(title="Predicted at the design rate")
+    figures = Table(title=f"Predicted at {p['rate_rps']:.2f} req/s")
     figures.add_column("figure")
     figures.add_column("value", justify="right")
-    for name, value in (("sustained rate", f"{p['max_rate_rps']:.2f} req/s"),
+    for name, value in (("most it sustains within the SLO", f"{p['max_rate_rps']:.2f} req/s"),
                         ("goodput", f"{p['goodput_rps']:.2f} req/s"),
                         ("goodput per device", f"{p['goodput_per_device']:.4f} req/s"),
                         ("SLO attainment", f"{p['slo_attainment']:.1%}"),
@@ -178,9 +180,8 @@ def _print_plan(data: dict, out_dir: str | None) -> None:
     cmp = data["comparison"]
     if cmp.get("advantage") is not None:
         console.print(f"{cmp['chosen']} beats the best "
-                      f"{'colocated' if cmp['chosen'] == 'disaggregated' else 'disaggregated'} deployment on the "
-                      f"same devices by {cmp['advantage']:.0%} per device "
-                      f"({cmp['disaggregated_rate_rps']:.2f} vs {cmp['colocated_rate_rps']:.2f} req/s).")
+                      f"{'colocated' if cmp['chosen'] == 'disaggregated' else 'disaggregated'} deployment within the "
+                      f"same budget by {cmp['advantage']:.0%} per device ({versus(cmp)}).")
     alts = Table(title="Alternatives")
     for column in ("configuration", "req/s", "devices", "req/s per device"):
         alts.add_column(column)

@@ -61,20 +61,23 @@ def requirements(cost: CostModel, inputs: PlanInputs) -> Requirements:
                         mtp=mtp, mtp_acceptance=inputs.mtp_acceptance if mtp else 0.0, kv_mode=inputs.kv_mode)
 
 
-def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int) -> dict[str, Any]:
-    """Predicted figures at the plan's design rate (the most it sustains within the SLOs)."""
-    rate = choice.rate * units
+def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int,
+            rate: float | None = None) -> dict[str, Any]:
+    """Predicted figures at `rate` (default: the plan's design rate, the most it sustains within the SLOs)."""
+    max_rate = choice.rate * units
+    rate = max_rate if rate is None else rate
     devices = choice.devices * units
     first = choice.option("prefill") or choice.option("colocated")
     ranks = choice.count(first.role) * first.shape.dp
     service, extra = ttft_inputs(cost, first, req, min(budget, unit_devices(cost.cluster)))
-    pair_rate = choice.rate / ranks * ROUTING_POOL  # what two ranks sharing a queue receive
+    pair_rate = rate / units / ranks * ROUTING_POOL  # what two ranks sharing a queue receive
     attainment = ttft_attainment(pair_rate, service, extra, req.ttft, ROUTING_POOL)
     tpot = max(o.tpot for o, _ in choice.instances if o.role != "prefill")
     goodput = rate * attainment if tpot <= req.tpot else 0.0
     mean_output = float(req.lengths.output_tokens.mean())
     return {
-        "max_rate_rps": rate,
+        "max_rate_rps": max_rate,
+        "rate_rps": rate,
         "goodput_rps": goodput,
         "goodput_per_device": goodput / devices,
         "slo_attainment": attainment,
@@ -94,8 +97,8 @@ def make_plan(cost: CostModel, inputs: PlanInputs, progress: Progress | None = N
                          field="--devices", fix=f"use at most {cluster.device_count}")
     req = requirements(cost, inputs)
     result = search(cost, req, budget, inputs.rate, progress)
-    predicted = predict(cost, result.best, result.units, req, budget)
-    workload = inputs.workload.model_copy(update={"rate": round(predicted["max_rate_rps"], 3)})
+    predicted = predict(cost, result.best, result.units, req, budget, inputs.rate)
+    workload = inputs.workload.model_copy(update={"rate": round(predicted["rate_rps"], 3)})
     deployment = build_deployment(cost, result.best, result.units, req, workload, inputs.slo,
                                   inputs.cluster_ref or cluster.name)
     return PlanOutcome(deployment, result, req, predicted, budget, time.perf_counter() - started)

@@ -36,13 +36,20 @@ def comparison(outcome: PlanOutcome) -> dict[str, Any]:
     """Disaggregated against colocated on the same budget: which sustains more, and by how much."""
     r = outcome.result
     dis, col = r.best_disaggregated, r.best_colocated
-    out: dict[str, Any] = {"chosen": r.best.kind,
-                           "disaggregated_rate_rps": dis.rate * r.units if dis else None,
-                           "colocated_rate_rps": col.rate * r.units if col else None}
+    out: dict[str, Any] = {"chosen": r.best.kind}
+    for kind, choice in (("disaggregated", dis), ("colocated", col)):
+        out[f"{kind}_rate_rps"] = choice.rate * r.units if choice else None
+        out[f"{kind}_devices"] = choice.devices * r.units if choice else None
+        out[f"{kind}_rate_rps_per_device"] = choice.rate_per_device if choice else None
     if dis and col:
         winner, loser = (dis, col) if dis.rate_per_device >= col.rate_per_device else (col, dis)
         out["advantage"] = winner.rate_per_device / loser.rate_per_device - 1
     return out
+
+
+def versus(cmp: dict[str, Any]) -> str:
+    return " vs ".join(f"{kind} {cmp[f'{kind}_rate_rps']:.2f} req/s on {cmp[f'{kind}_devices']} devices"
+                       for kind in ("disaggregated", "colocated"))
 
 
 def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
@@ -81,7 +88,7 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
                          f"({part['devices_per_instance']} devices, {part['rate_rps_per_instance']:.2f} req/s each"
                          f"{extra})")
     lines += ["", "## Predicted", "",
-              f"- sustained rate within the SLO: {p['max_rate_rps']:.2f} req/s",
+              f"- at {p['rate_rps']:.2f} req/s; the most it sustains within the SLO: {p['max_rate_rps']:.2f} req/s",
               f"- goodput: {p['goodput_rps']:.2f} req/s ({p['goodput_per_device']:.4f} req/s per device), "
               f"SLO attainment {p['slo_attainment']:.1%}",
               f"- TTFT p50/p90/p99: {p['ttft_ms']['p50']:.0f} / {p['ttft_ms']['p90']:.0f} / "
@@ -95,8 +102,7 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
                "at this load and prompt length the KV transfer and the split of devices cost more than chunked "
                "prefill slows decode")
         lines.append(f"{cmp['chosen'].capitalize()} sustains {cmp['advantage']:.0%} more requests per device than "
-                     f"the best {other} deployment on the same devices "
-                     f"({cmp['disaggregated_rate_rps']:.2f} vs {cmp['colocated_rate_rps']:.2f} req/s): {why}.")
+                     f"the best {other} deployment within the same budget: {versus(cmp)}; {why}.")
     else:
         lines.append(f"Only {cmp['chosen']} deployments meet the SLO on this budget.")
     lines += ["", "## Alternatives", "", "| configuration | req/s | devices | req/s per device |", "|---|---|---|---|"]

@@ -91,3 +91,12 @@ def test_report_says_which_deployment_kind_won_and_by_how_much(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert "## Disaggregated or colocated" in report
     assert "more requests per device than the best" in report
+
+
+def test_target_rate_is_the_rate_written_to_the_deployment_and_predicted_at(tmp_path):
+    import yaml
+
+    data = plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--rate", "3")
+    assert data["predicted"]["rate_rps"] == 3
+    assert yaml.safe_load((tmp_path / "deployment.yaml").read_text())["workload"]["rate"] == 3
+    assert data["predicted"]["goodput_rps"] == pytest.approx(3 * data["predicted"]["slo_attainment"])
