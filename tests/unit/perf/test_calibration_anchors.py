@@ -56,3 +56,20 @@ def test_refit_reproduces_the_values_in_the_calibration_file():
     fitted = fit()
     assert fitted["prefill_efficiency"] == pytest.approx(stored.prefill_efficiency, abs=2e-3)
     assert fitted["decode_efficiency"] == pytest.approx(stored.decode_efficiency, abs=2e-3)
+
+
+def test_estimate_json_carries_the_documented_keys():
+    prefill = estimate("--role", "prefill", "--tp", "16", "--context", "4096")
+    decode = estimate("--role", "decode", "--dp", "32", "--ep", "32", "--batch-per-device", "8", "--context", "4096")
+    common = {"step_ms", "tokens_per_s_per_device", "tokens_per_s_per_package", "kv_bytes_per_token",
+              "memory_per_device_bytes", "fits", "breakdown"}
+    assert common | {"ttft_ms"} <= set(prefill)
+    assert common | {"tpot_ms"} <= set(decode)
+    # one 4K prompt per TP16 rank: TTFT is the step, and 16 devices share its tokens
+    assert prefill["ttft_ms"] == prefill["step_ms"]
+    assert prefill["tokens_per_s_per_device"] == pytest.approx(4096 / (prefill["step_ms"] / 1e3) / 16)
+
+
+def test_a_model_too_big_for_its_shape_does_not_fit():
+    out = estimate("--role", "decode", "--tp", "1", "--context", "4096")  # 671B on one 64 GB die
+    assert out["fits"] is False
