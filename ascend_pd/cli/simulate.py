@@ -73,13 +73,15 @@ def simulate_cmd(deployment_file, workload_file, input_mean, input_p99, input_di
                         f"{duration:g} s")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for name, value in (("goodput", f"{result['goodput_rps']:.2f} req/s ({result['goodput_per_device']:.4f} per device)"),
+    def spread(figure: str, digits: int) -> str:
+        return " / ".join(f"{result[figure][k]:.{digits}f}" for k in ("p50", "p90", "p99")) + " ms"
+
+    for name, value in (("goodput", f"{result['goodput_rps']:.2f} req/s ({result['goodput_per_device']:.4f} "
+                                    "per device)"),
                         ("SLO attainment", f"{result['slo_attainment']:.1%} (TTFT <= {slo.ttft_ms:g} ms and TPOT <= "
                                            f"{slo.tpot_ms:g} ms)"),
-                        ("TTFT p50 / p90 / p99", " / ".join(f"{result['ttft_ms'][k]:.0f}" for k in ("p50", "p90", "p99"))
-                         + " ms"),
-                        ("TPOT p50 / p90 / p99", " / ".join(f"{result['tpot_ms'][k]:.1f}" for k in ("p50", "p90", "p99"))
-                         + " ms"),
+                        ("TTFT p50 / p90 / p99", spread("ttft_ms", 0)),
+                        ("TPOT p50 / p90 / p99", spread("tpot_ms", 1)),
                         ("completed", f"{result['completed']} of {result['requests']}")):
         table.add_row(name, value)
     Console().print(table)

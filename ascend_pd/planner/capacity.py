@@ -256,9 +256,10 @@ def ttft_quantile(rate: float, service: np.ndarray, extra: np.ndarray, q: float,
     return high
 
 
-def ttft_inputs(cost: CostModel, option: Option, req: Requirements, kv_span_devices: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-request service time and the extra TTFT after it (KV transfer and first decode step, or the first
-    colocated step) for `option`, as the capacity functions use them."""
+def ttft_inputs(cost: CostModel, option: Option, req: Requirements,
+                kv_span_devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request service time on the rank that emits the first token, and the TTFT after it: the exposed KV
+    transfer and decode's first step for prefill; nothing for colocated (its last chunk step emits the token)."""
     prompts = req.lengths.input_tokens
     if option.role == "colocated":
         service = np.ceil(prompts / option.chunk_tokens) * option.chunk_step

@@ -83,7 +83,8 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
         "slo_attainment": attainment,
         "devices": devices,
         "output_tokens_per_s_per_device": rate * mean_output / devices,
-        "ttft_ms": {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3 for q in (50, 90, 99)},
+        "ttft_ms": {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3
+                    for q in (50, 90, 99)},
         "tpot_ms": tpot * 1e3,
     }
 

@@ -107,7 +107,8 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
         lines.append(f"Only {cmp['chosen']} deployments meet the SLO on this budget.")
     lines += ["", "## Alternatives", "", "| configuration | req/s | devices | req/s per device |", "|---|---|---|---|"]
     for alt in data["alternatives"]:
-        lines.append(f"| {alt['label']} | {alt['rate_rps']:.2f} | {alt['devices']} | {alt['rate_rps_per_device']:.4f} |")
+        lines.append(f"| {alt['label']} | {alt['rate_rps']:.2f} | {alt['devices']} "
+                     f"| {alt['rate_rps_per_device']:.4f} |")
     lines += ["", f"Files: deployment.yaml (`ascend-pd validate`, `ascend-pd simulate`), plan.json, pareto.csv, "
               f"pareto.png. Deployment name: {deployment_name}.", "", f"Note: {data['calibration']}.", ""]
     return "\n".join(lines)
