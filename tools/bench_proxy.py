@@ -5,7 +5,7 @@ generator. "Direct" is the load generator doing the proxy's job itself (P with o
 kv_transfer_params) against the same engines, so proxied minus direct is what the proxy costs. Direct and proxied
 requests run side by side in the same window, so a neighbour's load on a shared machine hits both alike.
 
-    python tools/bench_proxy.py                      # 64 concurrent streams, then the maximum rate
+    python tools/bench_proxy.py          # one at a time, 64 concurrent streams, then the maximum rate
     python tools/bench_proxy.py --concurrency 16 --requests 500 --tokens 32
 """
 
@@ -158,16 +158,16 @@ async def side_by_side(direct, proxied, body: dict, concurrency: int, requests: 
     return samples["direct"], samples["proxied"]
 
 
-async def latency_table(direct, proxied, args) -> None:
-    print(f"\nadded latency (send to last byte) at {args.concurrency} concurrent requests through the proxy and "
-          f"{args.concurrency} direct, {args.tokens} output tokens, {args.token_delay * 1e3:.0f} ms per token, "
-          f"{args.requests} requests per side")
+async def latency_table(direct, proxied, args, concurrency: int, token_delay: float, requests: int) -> None:
+    print(f"\nadded latency (send to last byte) at {concurrency} concurrent requests through the proxy and "
+          f"{concurrency} direct, {args.tokens} output tokens, {token_delay * 1e3:.0f} ms per token, "
+          f"{requests} requests per side")
     print(f"{'':14}{'direct p50':>12}{'proxied p50':>12}{'added p50':>11}{'direct p99':>12}{'proxied p99':>12}"
           f"{'added p99':>11}  (ms)")
     for streaming in (True, False):
         body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
                 "stream": streaming}
-        d, p = await side_by_side(direct, proxied, body, args.concurrency, args.requests)
+        d, p = await side_by_side(direct, proxied, body, concurrency, requests)
         label = "streaming" if streaming else "non-streaming"
         print(f"{label:14}{ms(d.quantile(0.5)):>12}{ms(p.quantile(0.5)):>12}"
               f"{ms(p.quantile(0.5) - d.quantile(0.5)):>11}{ms(d.quantile(0.99)):>12}{ms(p.quantile(0.99)):>12}"
@@ -216,7 +216,10 @@ async def run_with_engines(token_delay: float, args, body) -> None:
 async def main(args: argparse.Namespace) -> None:
     load_before = os.getloadavg()
     print(f"cpus {os.cpu_count()}, load average before {load_before[0]:.2f} {load_before[1]:.2f}")
-    await run_with_engines(args.token_delay, args, lambda d, p: latency_table(d, p, args))
+    if args.idle_requests:  # one request at a time: what the proxy's own work costs, without queueing
+        await run_with_engines(0.0, args, lambda d, p: latency_table(d, p, args, 1, 0.0, args.idle_requests))
+    await run_with_engines(args.token_delay, args,
+                           lambda d, p: latency_table(d, p, args, args.concurrency, args.token_delay, args.requests))
     if args.rate_requests:
         await run_with_engines(0.0, args, lambda d, p: rate_table(d, p, args))
     load_after = os.getloadavg()
@@ -225,6 +228,8 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle-requests", type=int, default=2000,
+                        help="requests per side sent one at a time, engines without delays (0 skips it)")
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent requests for the latency table")
     parser.add_argument("--requests", type=int, default=2000, help="requests per side for the latency table")
     parser.add_argument("--tokens", type=int, default=16, help="output tokens per request")
