@@ -114,12 +114,17 @@ def kv_capacity(ctx: Context) -> Iterator[Diagnostic]:
         fit = memory_fit(ctx.model, chip, ctx.deployment.model.quantization, ctx.deployment.model.kv_cache_dtype,
                          p.tp, p.pp, p.ep, args.gpu_memory_utilization)
         need = args.max_num_seqs * args.max_model_len
-        if args.max_model_len <= fit.kv_capacity_tokens < need:
-            yield ctx.diag("APD206", "warning", ("instances", i, "vllm", "max_num_seqs"),
-                           f"instance '{inst.name}': max_num_seqs x max_model_len = {need} tokens, but the KV cache "
-                           f"holds about {fit.kv_capacity_tokens} per device; full-length batches will be preempted",
-                           f"lower max_num_seqs to {max(1, fit.kv_capacity_tokens // args.max_model_len)} or "
-                           "max_model_len, or add devices")
+        if not args.max_model_len <= fit.kv_capacity_tokens < need:
+            continue
+        # A batch of typical requests that fits is normal sizing (vLLM preempts the rare long batch): say so quietly.
+        workload = ctx.deployment.workload
+        typical = workload.input_tokens.mean + workload.output_tokens.mean if workload else args.max_model_len
+        severity = "info" if args.max_num_seqs * typical <= fit.kv_capacity_tokens else "warning"
+        yield ctx.diag("APD206", severity, ("instances", i, "vllm", "max_num_seqs"),
+                       f"instance '{inst.name}': max_num_seqs x max_model_len = {need} tokens, but the KV cache "
+                       f"holds about {fit.kv_capacity_tokens} per device; full-length batches will be preempted",
+                       f"lower max_num_seqs to {max(1, fit.kv_capacity_tokens // args.max_model_len)} or "
+                       "max_model_len, or add devices")
 
 
 @rule("APD207", "max_model_len exceeds the model's context window")

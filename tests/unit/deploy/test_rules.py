@@ -171,6 +171,7 @@ def test_qwen3_32b_bf16_on_tp4_fits(a2):
 def test_too_many_full_length_sequences_warn(a2):
     # Qwen3-32B: 262,144 B/token / 4 ranks = 64 KiB per device; ~40 GB free holds ~600K tokens, not 64 x 16K = 1M
     a2["instances"][4]["vllm"]["max_num_seqs"] = 64
+    a2["workload"]["input_tokens"]["mean"] = 12000  # typical requests of 12.5K tokens: 64 of them overflow too
     found = [d for d in diagnose(a2) if d.code == "APD206"]
     assert found and found[0].severity == "warning"
     a2["instances"][4]["vllm"]["max_num_seqs"] = 16
@@ -389,3 +390,12 @@ def test_at_least_twenty_rules_and_each_one_has_a_test():
     source = open(__file__).read()
     untested = [code for code in CODES if f'"{code}"' not in source]
     assert untested == []
+
+
+def test_full_length_overflow_is_only_info_when_typical_requests_fit(a2):
+    # 64 x 16K tokens overflow the cache, but 64 typical requests of 2048 + 512 tokens (164K) fit in ~600K
+    a2["instances"][4]["vllm"]["max_num_seqs"] = 64
+    a2["workload"]["input_tokens"]["mean"] = 2048
+    assert {d.severity for d in diagnose(a2) if d.code == "APD206"} == {"info"}
+    a2["workload"]["input_tokens"]["mean"] = 12000  # now even typical batches overflow
+    assert {d.severity for d in diagnose(a2) if d.code == "APD206"} == {"warning"}
