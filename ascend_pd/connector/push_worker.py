@@ -26,6 +26,8 @@ class _Target:
     """One decode rank this prefill rank writes to for a transfer."""
 
     ready: messages.PushReady | None = None
+    pending: list[_Job] = field(default_factory=list)  # layers computed but not yet handed to a write
+    draining: bool = False
     writes: list[Future] = field(default_factory=list)
     finalizing: bool = False
     done: bool = False
@@ -100,7 +102,7 @@ class PushWorker(WorkerSide):
                 out.jobs.append(job)
                 for rank, target in out.targets.items():
                     if target.ready is not None and target.ready.block_ids:
-                        target.writes.append(self.jobs.submit(self._write, out, rank, target.ready, job))
+                        self._queue_writes(out, rank, target, [job])
 
     def wait_for_save(self, metadata: AscendPDMetadata) -> None:
         for send in metadata.push_send:
@@ -150,30 +152,46 @@ class PushWorker(WorkerSide):
                                                f"for transfer {out.transfer_id}")
             target.ready = ready
             if ready.block_ids:
-                target.writes += [self.jobs.submit(self._write, out, rank, ready, job) for job in out.jobs]
+                self._queue_writes(out, rank, target, out.jobs)
         self._maybe_finalize(out, rank)
         return messages.Ack()
 
-    def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, job: _Job) -> None:
-        planes, first, stop = job
-        first = max(first, ready.first_block)
-        stop = min(stop, ready.first_block + len(ready.block_ids), len(out.block_ids))
-        if first >= stop:
-            return
-        src_blocks = out.block_ids[first:stop]
-        dst_blocks = ready.block_ids[first - ready.first_block:stop - ready.first_block]
+    def _queue_writes(self, out: _Outgoing, rank: int, target: _Target, jobs: list[_Job]) -> None:
+        """Hand layers to the target's writer (caller holds the lock); layers that pile up while a write is in
+        flight go together in the next batch, so a fast prefill makes few large batches and a slow one streams."""
+        target.pending.extend(jobs)
+        if not target.draining:
+            target.draining = True
+            target.writes.append(self.jobs.submit(self._drain, out, rank, target))
+
+    def _drain(self, out: _Outgoing, rank: int, target: _Target) -> None:
+        while True:
+            with self.lock:
+                jobs, target.pending = target.pending, []
+                if not jobs:
+                    target.draining = False
+                    return
+            self._write(out, rank, target.ready, jobs)
+
+    def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> None:
+        reads = [read for read in self.plan.reads(rank, out.transfer_id) if read.src_rank == self.tp_rank]
         spans = []
-        for read in self.plan.reads(rank, out.transfer_id):
-            if read.src_rank != self.tp_rank:
+        for planes, first, stop in jobs:
+            first = max(first, ready.first_block)
+            stop = min(stop, ready.first_block + len(ready.block_ids), len(out.block_ids))
+            if first >= stop:
                 continue
-            for index in planes:
-                src, dst = self.planes[index].info, ready.dst.planes[index]
-                rt = route(read, src, dst)
-                if rt.staged:
-                    self._write_staged(index, rt, ready, src_blocks, dst_blocks)
-                else:
-                    spans += [Span(local=c.src, remote=c.dst, length=c.length)
-                              for c in direct_copies(rt, src, dst, src_blocks, dst_blocks)]
+            src_blocks = out.block_ids[first:stop]
+            dst_blocks = ready.block_ids[first - ready.first_block:stop - ready.first_block]
+            for read in reads:
+                for index in planes:
+                    src, dst = self.planes[index].info, ready.dst.planes[index]
+                    rt = route(read, src, dst)
+                    if rt.staged:
+                        self._write_staged(index, rt, ready, src_blocks, dst_blocks)
+                    else:
+                        spans += [Span(local=c.src, remote=c.dst, length=c.length)
+                                  for c in direct_copies(rt, src, dst, src_blocks, dst_blocks)]
         self.record(self.transport.run(ready.dst.session, "write", spans))
 
     def _write_staged(self, index: int, rt, ready: messages.PushReady, src_blocks: list[int],
