@@ -40,9 +40,8 @@ start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0 \
     --max-num-batched-tokens 1024 \
     --max-num-seqs 8 \
     --gpu-memory-utilization 0.9 \
-    --block-size 16 \
+    --block-size 32 \
     --trust-remote-code \
-    --enforce-eager \
     --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'
 
 # decode-0 DP rank 0 (decode): devices 1, http 8200, kv ports 26100, engine decode-0
@@ -57,7 +56,6 @@ start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=1 \
     --max-num-batched-tokens 1024 \
     --max-num-seqs 8 \
     --gpu-memory-utilization 0.9 \
-    --block-size 16 \
+    --block-size 32 \
     --trust-remote-code \
-    --enforce-eager \
     --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":26100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'
