@@ -94,6 +94,13 @@ class AscendPDConnector(KVConnectorBase_V1):
     def build_kv_connector_stats(cls, data: dict[str, Any] | None = None) -> AscendPDStats | None:
         return AscendPDStats(data=data) if data else AscendPDStats()
 
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: VllmConfig, metric_types, labelnames: list[str],
+                           per_engine_labelvalues: dict[int, list[object]]):
+        from ascend_pd.connector.prom import AscendPDPromMetrics
+
+        return AscendPDPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     def shutdown(self) -> None:
         if self.worker_side is not None:
             self.worker_side.shutdown()

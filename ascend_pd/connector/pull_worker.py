@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 
 from ascend_pd import kernels
@@ -43,9 +44,9 @@ class PullWorker(WorkerSide):
     def accept(self, metadata: AscendPDMetadata) -> None:
         super().accept(metadata)
         for recv in metadata.pull_recv:
-            self.jobs.submit(self._pull, recv)
+            self.jobs.submit(self._pull, recv, time.monotonic())
 
-    def _pull(self, recv: PullRecv) -> None:
+    def _pull(self, recv: PullRecv, taken_up: float) -> None:
         ok = True
         if recv.local_block_ids:
             try:
@@ -60,7 +61,9 @@ class PullWorker(WorkerSide):
         if not recv.local_block_ids:
             return  # aborted before allocation: nothing is waiting for this read
         with self.lock:
-            if not ok:
+            if ok:
+                self.stats.record_wait(time.monotonic() - taken_up)
+            else:
                 self.failed_blocks.update(recv.local_block_ids)
                 self.stats.record_failure()
             self.received.add(recv.request_id)

@@ -51,6 +51,7 @@ class _Incoming:
     block_ids: list[int]
     senders: set[int]
     deadline: float
+    taken_up: float
     reported: set[int] = field(default_factory=set)
     ok: bool = True
 
@@ -256,8 +257,9 @@ class PushWorker(WorkerSide):
         reads = self.plan.reads(self.tp_rank, recv.transfer_id)
         senders = {read.src_rank for read in reads}
         if recv.local_block_ids:
+            now = time.monotonic()
             incoming = _Incoming(recv.request_id, recv.transfer_id, recv.peer.host, recv.local_block_ids, senders,
-                                 deadline=time.monotonic() + self.config.push_timeout_s)
+                                 deadline=now + self.config.push_timeout_s, taken_up=now)
             with self.lock:
                 self._incoming[recv.transfer_id] = incoming
         ready = messages.PushReady(transfer_id=recv.transfer_id, block_ids=recv.local_block_ids,
@@ -298,7 +300,9 @@ class PushWorker(WorkerSide):
                 if split > 1:
                     kernels.block_transpose(plane.tensor, incoming.block_ids, split)
         with self.lock:
-            if not incoming.ok:
+            if incoming.ok:
+                self.stats.record_wait(time.monotonic() - incoming.taken_up)
+            else:
                 logger.error("AscendPD: request %s: a prefill rank reported a failed push", incoming.request_id)
                 self.failed_blocks.update(incoming.block_ids)
                 self.stats.record_failure()

@@ -7,7 +7,7 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
-from ascend_pd.connector.tally import empty_tally
+from ascend_pd.connector.tally import LISTS, empty_tally
 
 
 @dataclass
@@ -20,21 +20,23 @@ class AscendPDStats(KVConnectorStats):
         self.data = empty_tally()
 
     def aggregate(self, other: KVConnectorStats) -> KVConnectorStats:
-        for key in ("bytes", "seconds", "copies"):
+        for key in LISTS:
             self.data[key].extend(other.data.get(key, []))
         self.data["failures"] += other.data.get("failures", 0)
         return self
 
     def is_empty(self) -> bool:
-        return not self.data["bytes"] and not self.data["failures"]
+        return not any(self.data[key] for key in LISTS) and not self.data["failures"]
 
     def reduce(self) -> dict[str, int | float]:
         total_bytes, total_seconds = sum(self.data["bytes"]), sum(self.data["seconds"])
+        waits = self.data["waits"]
         return {
             "Num transfers": len(self.data["bytes"]),
             "Bytes transferred (MB)": round(total_bytes / 1e6, 3),
             "Avg transfer duration (ms)": round(1e3 * total_seconds / max(1, len(self.data["seconds"])), 3),
             "Throughput (GB/s)": round(total_bytes / total_seconds / 1e9, 3) if total_seconds else 0.0,
             "Copies": sum(self.data["copies"]),
+            "Avg KV wait (ms)": round(1e3 * sum(waits) / len(waits), 3) if waits else 0.0,
             "Failures": self.data["failures"],
         }

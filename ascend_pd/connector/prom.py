@@ -1,0 +1,43 @@
+"""The connector's Prometheus metrics on each engine's /metrics: transfer batches, bytes, KV waits, failures."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
+from vllm.v1.metrics.utils import create_metric_per_engine
+
+_SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+
+
+class AscendPDPromMetrics(KVConnectorPromMetrics):
+    """Fed from the workers' merged tallies (see tally.py) once per stats interval."""
+
+    def __init__(self, vllm_config, metric_types, labelnames: list[str],
+                 per_engine_labelvalues: dict[int, list[object]]):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+        def per_engine(kind, name: str, documentation: str, **extra):
+            metric = kind(name=name, documentation=documentation, labelnames=labelnames, **extra)
+            return create_metric_per_engine(metric, per_engine_labelvalues)
+
+        self.batch_seconds = per_engine(
+            self._histogram_cls, "vllm:ascend_pd_kv_transfer_seconds",
+            "Duration of one Transfer Engine batch (a read on decode in pull mode, a write on prefill in push mode).",
+            buckets=_SECONDS_BUCKETS)
+        self.wait_seconds = per_engine(
+            self._histogram_cls, "vllm:ascend_pd_kv_wait_seconds",
+            "Per request and decode rank: from the decode worker taking up the request until all of its KV is in "
+            "place (in push mode this overlaps the prefill).", buckets=_SECONDS_BUCKETS)
+        self.bytes = per_engine(self._counter_cls, "vllm:ascend_pd_kv_bytes",
+                                "KV bytes moved by this engine's workers.")
+        self.failures = per_engine(self._counter_cls, "vllm:ascend_pd_kv_failures",
+                                   "Requests whose KV transfer failed (they become load errors and are recomputed).")
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
+        for seconds in transfer_stats_data.get("seconds", []):
+            self.batch_seconds[engine_idx].observe(seconds)
+        for seconds in transfer_stats_data.get("waits", []):
+            self.wait_seconds[engine_idx].observe(seconds)
+        self.bytes[engine_idx].inc(sum(transfer_stats_data.get("bytes", [])))
+        self.failures[engine_idx].inc(transfer_stats_data.get("failures", 0))
