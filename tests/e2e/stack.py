@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+LOGS = REPO / "logs" / "e2e"
 START_TIMEOUT_S = float(os.environ.get("E2E_START_TIMEOUT_S", "900"))
 
 

@@ -9,13 +9,15 @@ import time
 
 import pytest
 
+from . import timing
 from .conftest import case_logs, local_deployment
-from .stack import Stack, http_json, http_text, metric
-from .workload import LONG, completion_body, run_workload
+from .stack import Stack, http_json, http_text, metric, stream_completion
+from .workload import LONG, completion_body, fresh_long_prompt, run_workload
 
 pytestmark = pytest.mark.e2e
 
 GQA, MLA = "tiny-llama-gqa", "tiny-deepseek-mla"
+TIMED_PROMPTS = 6
 CASES = {  # name: (model, mode, prefill tp)
     "gqa-pull": (GQA, "pull", 1),
     "gqa-push": (GQA, "push", 1),
@@ -42,7 +44,7 @@ def pd(request, tiny_models):
     logs = case_logs(request.param)
     deployment = local_deployment(tiny_models, model, mode=mode, prefill_tp=prefill_tp, port_base=8100)
     with Stack(deployment, logs / "run", logs) as stack:
-        stack.case, stack.model, stack.reference = request.param, model, reference
+        stack.case, stack.model, stack.mode, stack.reference = request.param, model, mode, reference
         yield stack
 
 
@@ -94,3 +96,20 @@ def test_client_disconnect_mid_stream_frees_kv_and_serving_goes_on(pd):
 
     reply = http_json(f"{pd.proxy_url}/v1/completions", completion_body(pd.model, LONG))
     assert reply["choices"][0]["token_ids"] == pd.reference["long"]
+
+
+def test_ttft_splits_into_the_prefill_the_kv_wait_and_what_follows(pd):
+    (decode_url,) = pd.endpoint_urls("decode")
+    before = timing.snapshot(pd.proxy_url, decode_url)
+    prompt_tokens = 0
+    for seed in range(TIMED_PROMPTS):
+        body = dict(completion_body(pd.model, fresh_long_prompt(seed), max_tokens=2),
+                    stream_options={"include_usage": True})
+        _, events = stream_completion(f"{pd.proxy_url}/v1/completions", body)
+        prompt_tokens = max(prompt_tokens, *(e["usage"]["prompt_tokens"] for e in events if e.get("usage")))
+    split = timing.TtftSplit.between(before, timing.snapshot(pd.proxy_url, decode_url), pd.mode, prompt_tokens)
+    timing.RESULTS[pd.case] = split
+    assert split.requests == TIMED_PROMPTS
+    assert split.kv_waits == TIMED_PROMPTS, "D did not report a KV wait for every request"
+    assert 0 < split.kv_wait and 0 < split.prefill < split.ttft
+    assert split.after_kv > 0, split

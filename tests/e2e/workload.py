@@ -17,6 +17,11 @@ def _words(seed: int, count: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
+def fresh_long_prompt(seed: int) -> str:
+    """A long prompt no earlier request shares a prefix with, so neither P nor D finds it cached."""
+    return f"{seed} " + _words(1000 + seed, 420)
+
+
 SHORT = "the cache block layer"
 LONG = _words(1, 420)  # several hundred tokens: many KV blocks of 32
 PREFIX = _words(2, 150)
