@@ -5,8 +5,16 @@ generator. "Direct" is the load generator doing the proxy's job itself (P with o
 kv_transfer_params) against the same engines, so proxied minus direct is what the proxy costs. Direct and proxied
 requests run side by side in the same window, so a neighbour's load on a shared machine hits both alike.
 
+To keep the figure about the proxy and not about CPU queueing between the three processes:
+- the fake engines and the load generator run on uvloop (`--event-loop`), so they cost less CPU;
+- with two or more CPUs, the proxy is pinned to the last CPU and the engines and the load generator to the others
+  (os.sched_setaffinity; `--no-pin` turns it off), so the proxy has a core of its own. Other processes on the
+  machine are not pinned and still share every core: the load average is printed with every table.
+The proxy's own event loop is `--proxy-event-loop` (auto: uvloop when installed), to compare the two loops.
+
     python tools/bench_proxy.py          # one at a time, 64 concurrent streams, then the maximum rate
     python tools/bench_proxy.py --concurrency 16 --requests 500 --tokens 32
+    python tools/bench_proxy.py --proxy-event-loop asyncio     # the same, with the proxy on asyncio's loop
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
+from ascend_pd.proxy.event_loop import EVENT_LOOPS, resolve, run
 from ascend_pd.proxy.openai_body import decode_body, prefill_body
 
 TOOLS = Path(__file__).resolve().parent
@@ -96,8 +105,24 @@ async def closed_loop(client, body: dict, concurrency: int, requests: int) -> Sa
     return sample
 
 
-def start(command: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start(command: list[str], cpus: set[int] | None) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    if cpus:  # before the child's event loop starts: its later threads inherit the mask
+        os.sched_setaffinity(process.pid, cpus)
+    return process
+
+
+def placement(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """CPUs of (the proxy, the engines and this load generator): the proxy alone on the last CPU when pinning."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None, None
+    return {cpus[-1]}, set(cpus[:-1])
+
+
+def load_average() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min) {five:.2f} (5 min)"
 
 
 async def wait_healthy(url: str, seconds: float = 20.0) -> None:
@@ -161,22 +186,26 @@ async def side_by_side(direct, proxied, body: dict, concurrency: int, requests: 
 async def latency_table(direct, proxied, args, concurrency: int, token_delay: float, requests: int) -> None:
     print(f"\nadded latency (send to last byte) at {concurrency} concurrent requests through the proxy and "
           f"{concurrency} direct, {args.tokens} output tokens, {token_delay * 1e3:.0f} ms per token, "
-          f"{requests} requests per side")
+          f"{requests} requests per side; {load_average()} before")
     print(f"{'':14}{'direct p50':>12}{'proxied p50':>12}{'added p50':>11}{'direct p99':>12}{'proxied p99':>12}"
-          f"{'added p99':>11}  (ms)")
+          f"{'added p99':>11}{'proxy CPU/req':>15}  (ms)")
     for streaming in (True, False):
         body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
                 "stream": streaming}
+        cpu_before = cpu_seconds(proxied.pid)
         d, p = await side_by_side(direct, proxied, body, concurrency, requests)
+        cpu_per_request = (cpu_seconds(proxied.pid) - cpu_before) / max(1, len(p.latencies))
         label = "streaming" if streaming else "non-streaming"
         print(f"{label:14}{ms(d.quantile(0.5)):>12}{ms(p.quantile(0.5)):>12}"
               f"{ms(p.quantile(0.5) - d.quantile(0.5)):>11}{ms(d.quantile(0.99)):>12}{ms(p.quantile(0.99)):>12}"
-              f"{ms(p.quantile(0.99) - d.quantile(0.99)):>11}   failures {d.failures}/{p.failures}")
+              f"{ms(p.quantile(0.99) - d.quantile(0.99)):>11}{ms(cpu_per_request):>15}"
+              f"   failures {d.failures}/{p.failures}")
+    print(load_average(), "after")
 
 
 async def rate_table(direct, proxied, args) -> None:
     print(f"\nmaximum sustained rate, engines without delays, {args.rate_concurrency} concurrent, "
-          f"{args.rate_requests} requests, {args.tokens} output tokens")
+          f"{args.rate_requests} requests, {args.tokens} output tokens; {load_average()} before")
     print(f"{'':14}{'direct req/s':>14}{'proxied req/s':>15}{'proxied/direct':>16}{'proxy CPU ms/req':>18}")
     for streaming in (True, False):
         body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
@@ -188,21 +217,24 @@ async def rate_table(direct, proxied, args) -> None:
         label = "streaming" if streaming else "non-streaming"
         print(f"{label:14}{d.rate:>14.0f}{p.rate:>15.0f}{p.rate / d.rate:>16.2f}{cpu_per_request * 1e3:>18.2f}"
               f"   failures {d.failures}/{p.failures}")
+    print(load_average(), "after")
 
 
 async def run_with_engines(token_delay: float, args, body) -> None:
+    proxy_cpus, other_cpus = placement(args.pin)
     engines_proc = start([sys.executable, str(TOOLS / "fake_vllm.py"), "--prefill", str(args.prefills), "--decode",
-                          str(args.decodes), "--token-delay", str(token_delay)])
+                          str(args.decodes), "--token-delay", str(token_delay), "--event-loop", args.event_loop],
+                         other_cpus)
     proxy_proc = None
     try:
         engines = json.loads(engines_proc.stdout.readline())
         port = free_port()
         command = [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--host", "127.0.0.1", "--port", str(port),
-                   "--log-level", "warning", "--max-inflight", "4096"]
+                   "--log-level", "warning", "--max-inflight", "4096", "--event-loop", args.proxy_event_loop]
         for role in ("prefill", "decode"):
             for engine in engines[role]:
                 command += [f"--{role}", engine["url"]]
-        proxy_proc = start(command)
+        proxy_proc = start(command, proxy_cpus)
         url = f"http://127.0.0.1:{port}"
         await wait_healthy(url)
         await body(Direct(engines), Proxied(url, proxy_proc.pid))
@@ -214,16 +246,21 @@ async def run_with_engines(token_delay: float, args, body) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    load_before = os.getloadavg()
-    print(f"cpus {os.cpu_count()}, load average before {load_before[0]:.2f} {load_before[1]:.2f}")
+    proxy_cpus, other_cpus = placement(args.pin)
+    if other_cpus:
+        os.sched_setaffinity(0, other_cpus)
+    where = (f"proxy pinned to CPU {sorted(proxy_cpus)}, engines and load generator to CPU {sorted(other_cpus)}"
+             if proxy_cpus else "no CPU pinning")
+    print(f"cpus {os.cpu_count()}; {where}; event loop of the proxy {resolve(args.proxy_event_loop)}, of the engines "
+          f"and the load generator {resolve(args.event_loop)}; {load_average()} before")
     if args.idle_requests:  # one request at a time: what the proxy's own work costs, without queueing
         await run_with_engines(0.0, args, lambda d, p: latency_table(d, p, args, 1, 0.0, args.idle_requests))
-    await run_with_engines(args.token_delay, args,
-                           lambda d, p: latency_table(d, p, args, args.concurrency, args.token_delay, args.requests))
+    if args.requests:
+        await run_with_engines(args.token_delay, args, lambda d, p: latency_table(d, p, args, args.concurrency,
+                                                                                  args.token_delay, args.requests))
     if args.rate_requests:
         await run_with_engines(0.0, args, lambda d, p: rate_table(d, p, args))
-    load_after = os.getloadavg()
-    print(f"\nload average after {load_after[0]:.2f} {load_after[1]:.2f} (the benchmark itself uses both cores)")
+    print(f"\n{load_average()} after (the benchmark itself keeps both cores busy)")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -231,7 +268,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-requests", type=int, default=2000,
                         help="requests per side sent one at a time, engines without delays (0 skips it)")
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent requests for the latency table")
-    parser.add_argument("--requests", type=int, default=2000, help="requests per side for the latency table")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per side for the latency table (0 skips it)")
     parser.add_argument("--tokens", type=int, default=16, help="output tokens per request")
     parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens (latency table)")
     parser.add_argument("--rate-concurrency", type=int, default=64, help="concurrent requests for the rate table")
@@ -239,8 +276,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                                                         "(0 skips it)")
     parser.add_argument("--prefills", type=int, default=2)
     parser.add_argument("--decodes", type=int, default=2)
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
+                        help="event loop of the fake engines and the load generator (auto: uvloop when installed)")
+    parser.add_argument("--proxy-event-loop", choices=EVENT_LOOPS, default="auto", help="event loop of the proxy")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="give the proxy a CPU of its own (default on with 2+ CPUs)")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse()))
+    arguments = parse()
+    run(main(arguments), arguments.event_loop)

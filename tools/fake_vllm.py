@@ -3,7 +3,7 @@
 Prints one JSON line {"prefill": [...], "decode": [...], "colocated": [...]} with each engine's url, kv_port and
 engine_id once every engine listens, then serves until killed.
 
-    python tools/fake_vllm.py --prefill 2 --decode 2 --token-delay 0.01
+    python tools/fake_vllm.py --prefill 2 --decode 2 --token-delay 0.01 [--event-loop uvloop]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 
+from ascend_pd.proxy.event_loop import run
 from ascend_pd.proxy.testing import Behaviour, FakeEngine
 
 
@@ -39,9 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds between output tokens")
     parser.add_argument("--fail-rate", type=float, default=0.0, help="fraction of requests answered 500")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                        help="auto: uvloop when installed, so the engines cost less CPU next to the proxy")
     args = parser.parse_args(argv)
     try:
-        asyncio.run(serve(args))
+        run(serve(args), args.event_loop)
     except KeyboardInterrupt:
         sys.exit(0)
 

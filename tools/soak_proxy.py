@@ -3,9 +3,16 @@
 The proxy runs as `ascend-pd proxy --deployment` in its own process; the fake engines and the clients run here.
 Every answer is checked: a 200 must carry exactly the tokens the fake D derives from the prompt (streams must end
 with [DONE] or an SSE error event); anything else must be an HTTP error with a JSON body. At the end the proxy must
-hold no load on any backend, and its memory (RSS) is sampled throughout.
+hold no load on any backend.
+
+Memory: after `--warmup` requests the proxy's RSS is sampled every `--sample-every` requests; the series is printed
+with its least-squares slope (KiB per 1,000 requests) and the change between the two halves of the run, so a plateau
+and a steady leak tell apart. With `--tracemalloc DIR` the proxy traces its allocations
+(ASCEND_PD_PROXY_TRACEMALLOC, ascend_pd/proxy/memory_trace.py), writes a snapshot at every sample, and the lines that
+grew most between the first and the last sample are printed.
 
     python tools/soak_proxy.py --requests 10000 --mode pull
+    python tools/soak_proxy.py --requests 30000 --mode pull --tracemalloc /tmp/soak-trace
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +33,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
+from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
 from ascend_pd.proxy.testing import Behaviour, FakeEngine, fake_tokens
 
 CONNECTORS = {"pull": "{implementation: ascend-pd, mode: pull, protocol: tcp}",
@@ -64,6 +74,32 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def slope_per_1000(samples: list[tuple[int, int]]) -> float:
+    """Least-squares slope of RSS bytes against the request index, in bytes per 1,000 requests."""
+    n = len(samples)
+    mean_x = sum(x for x, _ in samples) / n
+    mean_y = sum(y for _, y in samples) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in samples)
+    return 1000 * sum((x - mean_x) * (y - mean_y) for x, y in samples) / spread if spread else 0.0
+
+
+class MemorySampler:
+    """RSS of the proxy after every `every` requests once `warmup` requests are done; optionally a tracemalloc
+    snapshot at the same moments (SIGUSR1 to a proxy started with the tracing variable)."""
+
+    def __init__(self, pid: int, warmup: int, every: int, traced: bool):
+        self.pid, self.warmup, self.every, self.traced = pid, warmup, every, traced
+        self.samples: list[tuple[int, int]] = []
+        self._done = 0
+
+    def request_done(self) -> None:
+        self._done += 1
+        if self._done >= self.warmup and (self._done - self.warmup) % self.every == 0:
+            self.samples.append((self._done, rss_bytes(self.pid)))
+            if self.traced:
+                os.kill(self.pid, signal.SIGUSR1)
 
 
 def check_answer(status: int, payload: bytes, streaming: bool, expected: str) -> str:
@@ -150,14 +186,18 @@ async def soak(args: argparse.Namespace) -> int:
     workdir = tempfile.mkdtemp(prefix="soak-proxy-")
     deployment = Path(workdir) / "deployment.yaml"
     deployment.write_text(deployment_yaml(engines, args.mode, port))
+    environ = dict(os.environ)
+    if args.tracemalloc:
+        environ[TRACEMALLOC_ENV] = args.tracemalloc
     proxy = subprocess.Popen([sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--deployment", str(deployment),
                               "--host", "127.0.0.1", "--log-level", "error", "--health-interval", "0.5",
-                              "--read-timeout", "10", "--total-timeout", "30"],
-                             stderr=subprocess.DEVNULL)
+                              "--read-timeout", "10", "--total-timeout", "30",
+                              "--event-loop", args.proxy_event_loop],
+                             stderr=subprocess.DEVNULL, env=environ)
     url = f"http://127.0.0.1:{port}"
     outcomes: Counter = Counter()
     kills: Counter = Counter()
-    memory: list[tuple[int, int]] = []
+    memory = MemorySampler(proxy.pid, args.warmup, args.sample_every, bool(args.tracemalloc))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                          timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -175,10 +215,9 @@ async def soak(args: argparse.Namespace) -> int:
             remaining = iter(range(args.requests))
 
             async def worker():
-                for index in remaining:
+                for _ in remaining:
                     await one_request(session, url, rng, args.disconnect_rate, outcomes)
-                    if index % 500 == 0:
-                        memory.append((index, rss_bytes(proxy.pid)))
+                    memory.request_done()
 
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
             elapsed = time.perf_counter() - started
@@ -211,15 +250,50 @@ def report(args, outcomes, kills, memory, health, engines, elapsed) -> int:
                 if b["load_tokens"] or b["inflight"]]
     print(f"load still held by the proxy after the run: {leftover or 'none'}; in flight {health['inflight']}")
     print(f"stale KV reads at D (replayed handoffs): {sum(e.stale_reads for e in engines)}; "
+          f"KV reads failed because P restarted after its prefill: {sum(e.lost_kv_reads for e in engines)}; "
           f"decode recomputes: {sum(e.recomputes for e in engines)}")
-    rss = [r for _, r in memory]
-    if len(rss) >= 4:
-        warm, end = rss[len(rss) // 4], rss[-1]
-        print(f"proxy RSS MiB at request " + ", ".join(f"{i}: {r / 2**20:.1f}" for i, r in memory))
-        print(f"RSS growth after warm-up: {(end - warm) / 2**20:+.1f} MiB ({(end - warm) / warm:+.1%})")
+    report_memory(args, memory)
     bad = outcomes["lost"] + outcomes["corrupted"] + len(leftover) + health["inflight"]
     print("RESULT:", "PASS" if bad == 0 else "FAIL")
     return 0 if bad == 0 else 1
+
+
+def report_memory(args, memory: MemorySampler) -> None:
+    samples = memory.samples
+    if len(samples) < 2:
+        print(f"proxy RSS: too few samples after a warm-up of {args.warmup} requests")
+        return
+    print(f"proxy RSS MiB after a warm-up of {args.warmup} requests, every {args.sample_every}: " +
+          ", ".join(f"{i}: {r / 2**20:.2f}" for i, r in samples))
+    half = len(samples) // 2
+    first, second = samples[:half], samples[half:]
+    print(f"RSS slope after warm-up: {slope_per_1000(samples) / 1024:+.1f} KiB per 1,000 requests; "
+          f"first {samples[0][1] / 2**20:.2f} MiB, last {samples[-1][1] / 2**20:.2f} MiB, mean of the second half "
+          f"{(mean_rss(second) - mean_rss(first)) / 1024:+.0f} KiB against the first")
+    if args.tracemalloc:
+        report_tracemalloc(Path(args.tracemalloc), memory.pid)
+
+
+def mean_rss(samples: list[tuple[int, int]]) -> float:
+    return sum(r for _, r in samples) / len(samples)
+
+
+def report_tracemalloc(directory: Path, pid: int) -> None:
+    import tracemalloc
+
+    snapshots = sorted(directory.glob(f"proxy-{pid}-*.tracemalloc"))
+    if len(snapshots) < 2:
+        print(f"tracemalloc: fewer than two snapshots in {directory}")
+        return
+    first, last = (tracemalloc.Snapshot.load(str(path)) for path in (snapshots[0], snapshots[-1]))
+    print(f"tracemalloc, {snapshots[0].name} -> {snapshots[-1].name}: traced {traced_mib(first):.2f} -> "
+          f"{traced_mib(last):.2f} MiB; lines that grew most:")
+    for stat in last.compare_to(first, "lineno")[:10]:
+        print(f"  {stat.size_diff / 1024:+8.1f} KiB {stat.count_diff:+6d} blocks  {stat.traceback[0]}")
+
+
+def traced_mib(snapshot) -> float:
+    return sum(stat.size for stat in snapshot.statistics("filename")) / 2**20
 
 
 def main() -> None:
@@ -233,6 +307,11 @@ def main() -> None:
     parser.add_argument("--disconnect-rate", type=float, default=0.05, help="fraction of clients that walk away")
     parser.add_argument("--fail-rate", type=float, default=0.01, help="fraction of engine calls answered 500")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=2000, help="requests before the first RSS sample")
+    parser.add_argument("--sample-every", type=int, default=1000, help="requests between two RSS samples")
+    parser.add_argument("--tracemalloc", metavar="DIR", default=None,
+                        help="trace the proxy's allocations and diff snapshots taken at the RSS samples")
+    parser.add_argument("--proxy-event-loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     args = parser.parse_args()
     # engines are killed in the middle of requests on purpose; aiohttp logs each handler it interrupts
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)

@@ -49,12 +49,14 @@ WILDCARDS = ("0.0.0.0", "::", "")
 @click.option("--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
               help="enables /admin/backends (add, drain, remove) for 'Authorization: Bearer <token>' "
                    "[env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
+@click.option("--event-loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto", show_default=True,
+              help="auto: uvloop when it is installed (the 'proxy' extra has it), else asyncio's loop")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @input_errors_exit_2
 def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
-              prefill_attempts, pair_attempts, health_interval, admin_token, log_level):
+              prefill_attempts, pair_attempts, health_interval, admin_token, event_loop, log_level):
     """Serve an OpenAI-compatible proxy that runs each request through a prefill and a decode instance.
 
     Backends come from --deployment FILE, or from --prefill/--decode/--colocated URLs. Endpoints:
@@ -65,6 +67,8 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
 
     from ascend_pd.proxy.app import Proxy, build_app
     from ascend_pd.proxy.endpoints import endpoint_from_url, endpoints_from_deployment
+    from ascend_pd.proxy.event_loop import new_event_loop
+    from ascend_pd.proxy.memory_trace import install_from_environment
     from ascend_pd.proxy.settings import ProxySettings, Timeouts, mode_for
     from ascend_pd.proxy.tokens import EstimatedTokens, TokenizerTokens
 
@@ -116,8 +120,15 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
         metaserver_url=f"{advertise_url.rstrip('/')}/v1/metaserver" if mode == "layerwise" else None)
     tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()
     proxy = Proxy(endpoints, settings, tokens)
+    try:
+        loop, loop_name = new_event_loop(event_loop)
+    except RuntimeError as exc:
+        raise InputError(str(exc), field="--event-loop", fix="pip install uvloop, or pass --event-loop asyncio") \
+            from None
+    install_from_environment(loop)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     roles = ", ".join(f"{sum(e.role == r for e in endpoints)} {r}" for r in ("prefill", "decode", "colocated"))
-    click.echo(f"ascend-pd proxy: {mode} flow, {roles} endpoint(s), listening on {host}:{port}", err=True)
+    click.echo(f"ascend-pd proxy: {mode} flow, {roles} endpoint(s), listening on {host}:{port}, {loop_name} event "
+               "loop", err=True)
     web.run_app(build_app(proxy), host=host, port=port, handler_cancellation=True, access_log=None,
-                print=None)
+                print=None, loop=loop)

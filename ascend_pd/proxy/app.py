@@ -18,7 +18,8 @@ from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.flows import FlowEnv, RequestContext, serve
 from ascend_pd.proxy.health import check_forever
-from ascend_pd.proxy.metaserver import Metaserver, new_request_id
+from ascend_pd.proxy.ids import new_request_id
+from ascend_pd.proxy.metaserver import Metaserver
 from ascend_pd.proxy.metrics import ProxyMetrics
 from ascend_pd.proxy.openai_body import is_streaming, prompt_text
 from ascend_pd.proxy.policies import RouteRequest, make_policy
@@ -39,24 +40,24 @@ class Proxy:
         self.pool = BackendPool(lambda: CircuitBreaker(settings.breaker_failures, settings.breaker_open_seconds))
         for endpoint in endpoints:
             self.pool.add(endpoint)
-        self.metrics = ProxyMetrics(self.pool)
+        self.inflight = 0
+        self.metrics = ProxyMetrics(self.pool, inflight=lambda: self.inflight)
         self.metaserver = Metaserver()
         self.policies = {"prefill": make_policy(settings.prefill_policy, "prefill policy"),
                          "decode": make_policy(settings.decode_policy, "decode policy"),
                          "colocated": make_policy(settings.decode_policy, "decode policy")}
-        self.inflight = 0
         self.env: FlowEnv | None = None
 
     def mode_now(self) -> str:
         """The configured flow, or colocated instances when no P/D pair can be formed right now."""
         mode = self.settings.mode
-        if mode == "colocated" or not self.pool.candidates("colocated"):
+        if mode == "colocated" or not self.pool.has_candidate("colocated"):
             return mode
-        return mode if self.pool.candidates("prefill") and self.pool.candidates("decode") else "colocated"
+        return mode if self.pool.has_candidate("prefill") and self.pool.has_candidate("decode") else "colocated"
 
     def servable(self) -> bool:
         roles = ("colocated",) if self.mode_now() == "colocated" else ("prefill", "decode")
-        return all(self.pool.candidates(role) for role in roles)
+        return all(self.pool.has_candidate(role) for role in roles)
 
 
 PROXY = web.AppKey("proxy", Proxy)
@@ -107,12 +108,11 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     proxy = request.app[PROXY]
     endpoint = request.path
     if proxy.inflight >= proxy.settings.max_inflight:
-        proxy.metrics.requests.labels(endpoint, "429").inc()
+        proxy.metrics.request_outcome(endpoint, "429").inc()
         raise ClientError(429, f"the proxy is at its limit of {proxy.settings.max_inflight} requests in flight",
                           "rate_limit_exceeded", retry_after=proxy.settings.retry_after_seconds)
     arrived = time.perf_counter()
     proxy.inflight += 1
-    proxy.metrics.inflight.inc()
     outcome = "cancelled"  # stays so if the client leaves before an answer
     try:
         ctx = await _context(request, proxy)
@@ -126,8 +126,7 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         raise
     finally:
         proxy.inflight -= 1
-        proxy.metrics.inflight.dec()
-        proxy.metrics.requests.labels(endpoint, outcome).inc()
+        proxy.metrics.request_outcome(endpoint, outcome).inc()
 
 
 async def _context(request: web.Request, proxy: Proxy) -> RequestContext:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Collection
+
+from yarl import URL
 
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.endpoints import Endpoint, Role
@@ -15,6 +17,14 @@ class Backend:
         self.load_tokens = 0
         self.inflight = 0
         self.draining = False
+        self._targets: dict[str, URL] = {}
+
+    def target(self, path: str) -> URL:
+        """The parsed URL of `path` on this backend, kept: aiohttp would parse the string on every call."""
+        url = self._targets.get(path)
+        if url is None:
+            url = self._targets[path] = URL(self.url + path)
+        return url
 
     @property
     def url(self) -> str:
@@ -80,9 +90,11 @@ class BackendPool:
     def all(self) -> list[Backend]:
         return list(self._backends.values())
 
+    def has_candidate(self, role: Role) -> bool:
+        return any(b.role == role and b.routable() for b in self._backends.values())
+
     def by_role(self, role: Role) -> list[Backend]:
         return [b for b in self._backends.values() if b.role == role]
 
-    def candidates(self, role: Role, exclude: Iterable[str] = ()) -> list[Backend]:
-        excluded = set(exclude)
-        return [b for b in self._backends.values() if b.role == role and b.url not in excluded and b.routable()]
+    def candidates(self, role: Role, exclude: Collection[str] = ()) -> list[Backend]:
+        return [b for b in self._backends.values() if b.role == role and b.url not in exclude and b.routable()]

@@ -23,7 +23,7 @@ class CircuitBreaker:
         return "open" if self._clock() < self._open_until else "half-open"
 
     def allows_requests(self) -> bool:
-        return self.state != "open"
+        return self._open_until is None or self._clock() >= self._open_until
 
     def record_success(self) -> None:
         self.consecutive_failures = 0

@@ -4,17 +4,9 @@ resumes and dispatches P with them."""
 from __future__ import annotations
 
 import asyncio
-import re
-import uuid
 from typing import Any
 
-# vLLM decorates the X-Request-Id it was given (cmpl-<id>-0, chatcmpl-<id>, and a suffix in newer versions), so the
-# proxy finds its own id inside whatever D reports rather than rebuilding vLLM's format.
-REQUEST_ID = re.compile(r"pd-[0-9a-f]{32}")
-
-
-def new_request_id() -> str:
-    return f"pd-{uuid.uuid4().hex}"
+from ascend_pd.proxy.ids import REQUEST_ID
 
 
 class Metaserver:

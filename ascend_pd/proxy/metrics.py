@@ -31,13 +31,30 @@ class _BackendCollector:
         yield from (up, load, inflight)
 
 
+class LabelledChildren:
+    """`metric.labels(*values)` remembered per label tuple: prometheus_client validates the labels and takes a lock
+    on every labels() call, which is on the path of every request. Bounded by the label values that exist."""
+
+    def __init__(self, metric):
+        self._metric = metric
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def __call__(self, *values: str):
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class ProxyMetrics:
-    def __init__(self, pool: BackendPool):
+    def __init__(self, pool: BackendPool, inflight=lambda: 0):
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("ascend_pd_proxy_requests", "client requests by endpoint and outcome",
                                 ["endpoint", "outcome"], registry=r)
+        # read when scraped, like the backend gauges: nothing to update per request
         self.inflight = Gauge("ascend_pd_proxy_inflight", "client requests in flight", registry=r)
+        self.inflight.set_function(inflight)
         self.routed = Counter("ascend_pd_proxy_routing_decisions", "backends chosen by the policies",
                               ["role", "backend"], registry=r)
         self.backend_failures = Counter("ascend_pd_proxy_backend_failures", "failed calls to a backend",
@@ -53,6 +70,8 @@ class ProxyMetrics:
                                              "arrival to the first byte of the answer (TTFT at the proxy)",
                                              registry=r, buckets=LATENCY_BUCKETS)
         r.register(_BackendCollector(pool))
+        self.request_outcome = LabelledChildren(self.requests)
+        self.routed_to = LabelledChildren(self.routed)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

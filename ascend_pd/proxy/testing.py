@@ -1,8 +1,10 @@
 """Fake vLLM engines for tests and benchmarks: aiohttp servers speaking vLLM's OpenAI API with kv_transfer_params.
 
 A fake P really holds "KV" (the prompt) until a fake D fetches it over HTTP, so leaked or replayed handoffs are
-observable: `held_kv` counts blocks P still holds, `stale_reads` counts D reads of blocks that were already gone
-(vLLM would then answer 200 with output from the wrong KV, and so does the fake: it decodes an empty prompt).
+observable: `held_kv` counts blocks P still holds, `stale_reads` counts D reads of blocks that were already read
+once, i.e. replayed handoffs (vLLM would then answer 200 with output from the wrong KV, and so does the fake: it
+decodes an empty prompt). Blocks lost because P was killed and restarted in between are a failed transfer instead
+(D answers 500, counted in `lost_kv_reads`), as a real transfer to a restarted P fails.
 Output tokens are a pure function of the prompt, so any proxied answer can be checked against a direct one.
 """
 
@@ -54,11 +56,13 @@ class FakeEngine:
         self._session: aiohttp.ClientSession | None = None
         self._handles = itertools.count(1)
         self._held: OrderedDict[str, str] = OrderedDict()  # pull: block handle -> prompt, until D reads it
+        self._read: OrderedDict[str, None] = OrderedDict()  # pull: handles D has read, kept across restarts
         self._arrivals: OrderedDict[str, asyncio.Future] = OrderedDict()  # push: transfer key -> KV arriving
         self.received: list[dict[str, Any]] = []  # completion request bodies, in arrival order
         self.cancelled = 0  # completion requests whose client (the proxy) went away before the end
         self.active = 0
         self.stale_reads = 0
+        self.lost_kv_reads = 0  # D reads of blocks a restart of P lost
         self.recomputes = 0  # decode requests that came without KV: D recomputed the prompt itself
         self._fail_next: list[int] = []
         self._break_after: int | None = None
@@ -188,10 +192,14 @@ class FakeEngine:
             async with self._session.get(url) as answer:
                 if answer.status == 200:
                     return await answer.text()
+                gone = answer.status == 410
         except aiohttp.ClientError:
             return None  # P is gone: the transfer fails
+        if not gone:  # P restarted since it prefilled: the transfer fails
+            self.lost_kv_reads += 1
+            return None
         self.stale_reads += 1
-        return ""  # the blocks were freed or reused: decode runs on whatever is there
+        return ""  # the blocks were read before, so freed or reused: decode runs on whatever is there
 
     async def _await_push(self, params) -> str | None:
         """Push: wait on P's side channel until P has written the KV of this transfer."""
@@ -221,8 +229,15 @@ class FakeEngine:
             self._arrivals.pop(key, None)
 
     async def _read_kv(self, request: web.Request) -> web.Response:
-        prompt = self._held.pop(request.match_info["handle"], None)
-        return web.Response(text=prompt) if prompt is not None else web.Response(status=404)
+        """200 and the KV; 410 for blocks already read (a replay); 404 for blocks this P does not know."""
+        handle = request.match_info["handle"]
+        prompt = self._held.pop(handle, None)
+        if prompt is None:
+            return web.Response(status=410 if handle in self._read else 404)
+        self._read[handle] = None
+        while len(self._read) > 100_000:
+            self._read.popitem(last=False)
+        return web.Response(text=prompt)
 
     async def _wait_pushed(self, request: web.Request) -> web.Response:
         key = request.match_info["key"]

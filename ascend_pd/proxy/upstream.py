@@ -19,7 +19,9 @@ ERROR_BODY_LIMIT = 64 * 1024
 def make_session(timeouts: Timeouts) -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
     timeout = aiohttp.ClientTimeout(total=timeouts.total, connect=timeouts.connect, sock_read=timeouts.read)
+    # no cookie jar: a proxy must not carry one client's backend cookies over to the next client
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                 cookie_jar=aiohttp.DummyCookieJar(),
                                  json_serialize=lambda obj: msgspec.json.encode(obj).decode())
 
 
@@ -47,7 +49,7 @@ async def post_json(session: aiohttp.ClientSession, backend: Backend, path: str,
                     headers: dict[str, str]) -> dict[str, Any]:
     """A non-streaming call; the parsed JSON answer or UpstreamFailure. Feeds the backend's circuit breaker."""
     try:
-        async with session.post(backend.url + path, data=msgspec.json.encode(body), headers=headers) as response:
+        async with session.post(backend.target(path), data=msgspec.json.encode(body), headers=headers) as response:
             payload = await response.read()
             if response.status != 200:
                 raise _status_failure(backend, response.status, payload)
@@ -68,7 +70,7 @@ async def open_answer(session: aiohttp.ClientSession, backend: Backend, path: st
     """Send a request and wait until it has surely started: a 200 and a non-empty first chunk."""
     response = None
     try:
-        response = await session.post(backend.url + path, data=msgspec.json.encode(body), headers=headers)
+        response = await session.post(backend.target(path), data=msgspec.json.encode(body), headers=headers)
         if response.status != 200:
             raise _status_failure(backend, response.status, await response.content.read(ERROR_BODY_LIMIT))
         first = await (response.content.readany() if streaming else response.read())

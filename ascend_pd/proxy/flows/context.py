@@ -28,8 +28,7 @@ class RequestContext:
     route: RouteRequest
     headers: dict[str, str]  # sent to every backend: X-Request-Id, and the client's Authorization if any
     streaming: bool
-    tried: dict[str, set[str]] = field(default_factory=lambda: {"prefill": set(), "decode": set(),
-                                                                 "colocated": set()})
+    tried: dict[str, set[str]] = field(default_factory=dict)  # role -> URLs that failed this request
 
 
 class NoCandidate(Exception):
@@ -59,16 +58,16 @@ class FlowEnv:
     background: set[asyncio.Task] = field(default_factory=set)
 
     def pick(self, role: Role, ctx: RequestContext) -> Backend:
-        candidates = self.pool.candidates(role, ctx.tried[role])
+        candidates = self.pool.candidates(role, ctx.tried.get(role, ()))
         if not candidates:
             raise NoCandidate(role)
         backend = self.policies[role].choose(candidates, ctx.route)
-        self.metrics.routed.labels(role, backend.endpoint.name).inc()
+        self.metrics.routed_to(role, backend.endpoint.name).inc()
         return backend
 
     def failed(self, backend: Backend, ctx: RequestContext, failure: UpstreamFailure) -> None:
         """Count a failed call and keep this request away from that backend from now on."""
-        ctx.tried[backend.role].add(backend.url)
+        ctx.tried.setdefault(backend.role, set()).add(backend.url)
         if failure.is_backend_fault:
             self.metrics.backend_failures.labels(backend.role, backend.endpoint.name).inc()
             log.warning("request %s: %s backend %s failed: %s", ctx.request_id, backend.role, backend.url, failure)

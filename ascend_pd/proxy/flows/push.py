@@ -4,12 +4,12 @@ channel from the deployment and P writes each layer's KV into D's blocks as soon
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.flows.concurrent import first_answer_of_decode
 from ascend_pd.proxy.flows.context import FlowEnv, RequestContext
 from ascend_pd.proxy.flows.prefill import call_prefill
+from ascend_pd.proxy.ids import new_transfer_id
 from ascend_pd.proxy.openai_body import decode_body
 from ascend_pd.proxy.upstream import Opened, open_answer
 
@@ -21,7 +21,7 @@ async def push(ctx: RequestContext, env: FlowEnv) -> Opened:
     if kv is None:
         raise ClientError(500, f"prefill backend {prefill.url} has no KV address; push mode needs the backends "
                                "from deployment.yaml", "proxy_configuration_error")
-    transfer_id = uuid.uuid4().hex  # fresh per attempt: a retried pair never reuses a transfer
+    transfer_id = new_transfer_id()  # fresh per attempt: a retried pair never reuses a transfer
     to_prefill = {"do_remote_decode": True, "transfer_id": transfer_id}
     to_decode = {"do_remote_prefill": True, "transfer_id": transfer_id, "remote_engine_id": kv.engine_id,
                  "remote_host": kv.host, "remote_port": kv.port, "remote_tp_size": kv.tp_size,

@@ -19,7 +19,9 @@ class LeastLoaded:
     def choose(self, candidates: Sequence[Backend], request: RouteRequest) -> Backend:
         if len(candidates) == 1:
             return candidates[0]
-        first, second = self._rng.sample(list(candidates), 2)
+        # with two candidates the sample is both of them: skip the random draw (the bench's 2 P + 2 D, and a
+        # common small deployment)
+        first, second = candidates if len(candidates) == 2 else self._rng.sample(list(candidates), 2)
         first_load = (first.load_tokens, first.inflight)
         second_load = (second.load_tokens, second.inflight)
         if first_load != second_load:

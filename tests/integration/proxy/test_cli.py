@@ -1,13 +1,18 @@
-"""`ascend-pd proxy` as a real process: serves from a deployment.yaml, and refuses bad input with exit 2."""
+"""`ascend-pd proxy` as a real process: serves from a deployment.yaml, on asyncio or uvloop, and refuses bad input
+with exit 2."""
 
 import asyncio
+import os
+import signal
 import socket
 import subprocess
 import sys
+import tracemalloc
 
 import aiohttp
 import pytest
 
+from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
 from ascend_pd.proxy.testing import FakeEngine
 
 PROXY = [sys.executable, "-m", "ascend_pd.cli.main", "proxy"]
@@ -95,6 +100,56 @@ async def test_proxy_process_serves_the_deployment(tmp_path, connector):
                 direct = await answer.read()
         assert proxied == direct
         assert prefill.received and prefill.received[0]["max_tokens"] == 1
+    finally:
+        process.terminate()
+        await process.wait()
+        await prefill.stop()
+        await decode.stop()
+
+
+def test_asking_for_uvloop_without_it_is_exit_2(tmp_path):
+    blocker = tmp_path / "uvloop.py"
+    blocker.write_text("raise ImportError('not installed here')\n")  # shadows the real uvloop
+    result = subprocess.run([*PROXY, "--prefill", "http://127.0.0.1:9", "--decode", "http://127.0.0.1:9",
+                             "--event-loop", "uvloop"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert_clean_failure(result, "uvloop is not installed")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+async def test_proxy_process_serves_on_the_chosen_event_loop_and_dumps_memory_snapshots(tmp_path, event_loop):
+    if event_loop == "uvloop":
+        pytest.importorskip("uvloop")
+    prefill = await FakeEngine("prefill", kv_port=0).start()
+    decode = await FakeEngine("decode", kv_port=0).start()
+    port = free_port()
+    traces = tmp_path / "traces"
+    process = await asyncio.create_subprocess_exec(
+        *PROXY, "--prefill", prefill.url, "--decode", decode.url, "--host", "127.0.0.1", "--port", str(port),
+        "--event-loop", event_loop, stderr=subprocess.PIPE, env={**os.environ, TRACEMALLOC_ENV: str(traces)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        started = (await process.stderr.readline()).decode()
+        assert f"{event_loop} event loop" in started
+        async with aiohttp.ClientSession() as session:
+            for _ in range(100):
+                try:
+                    async with session.get(url + "/health") as answer:
+                        if answer.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+            body = {"model": "fake-model", "prompt": "on a loop", "max_tokens": 4}
+            async with session.post(url + "/v1/completions", json=body) as answer:
+                assert answer.status == 200
+            process.send_signal(signal.SIGUSR1)
+            for _ in range(100):
+                if list(traces.glob("proxy-*.tracemalloc")):
+                    break
+                await asyncio.sleep(0.1)
+        snapshot = tracemalloc.Snapshot.load(str(next(traces.glob("proxy-*.tracemalloc"))))
+        assert snapshot.traces  # the proxy traced its allocations from the start
     finally:
         process.terminate()
         await process.wait()

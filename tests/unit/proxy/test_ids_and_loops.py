@@ -1,0 +1,72 @@
+"""Request and transfer ids minted without uuid4, and the event loop choice (uvloop when importable)."""
+
+import asyncio
+import sys
+
+import pytest
+
+from ascend_pd.proxy import event_loop
+from ascend_pd.proxy.ids import REQUEST_ID, IdSource, new_request_id, new_transfer_id
+
+
+def test_request_ids_are_unique_and_found_by_the_metaserver_pattern():
+    ids = [new_request_id() for _ in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    for request_id in ids[:3]:
+        decorated = f"cmpl-{request_id}-0"  # how vLLM reports the X-Request-Id it was given
+        assert REQUEST_ID.search(decorated).group() == request_id
+
+
+def test_transfer_ids_are_32_hex_digits_and_never_repeat():
+    ids = {new_transfer_id() for _ in range(10_000)}
+    assert len(ids) == 10_000
+    assert all(len(t) == 32 and int(t, 16) >= 0 for t in ids)
+
+
+def test_two_processes_do_not_mint_the_same_ids():
+    first, second = IdSource(prefix=1), IdSource(prefix=2)  # what two proxies draw at start
+    assert {first.hex32() for _ in range(100)}.isdisjoint({second.hex32() for _ in range(100)})
+
+
+def test_asyncio_is_always_available():
+    assert event_loop.resolve("asyncio") == "asyncio"
+    loop, name = event_loop.new_event_loop("asyncio")
+    try:
+        assert name == "asyncio" and isinstance(loop, asyncio.BaseEventLoop)
+    finally:
+        loop.close()
+
+
+def test_auto_picks_uvloop_when_importable():
+    pytest.importorskip("uvloop")
+    assert event_loop.resolve("auto") == "uvloop"
+
+    async def running_loop_module():
+        return type(asyncio.get_running_loop()).__module__
+
+    assert event_loop.run(running_loop_module(), "auto").startswith("uvloop")
+
+
+def test_without_uvloop_auto_falls_back_and_asking_for_it_fails(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # makes `import uvloop` raise ImportError
+    assert event_loop.resolve("auto") == "asyncio"
+    with pytest.raises(RuntimeError, match="uvloop is not installed"):
+        event_loop.resolve("uvloop")
+
+    async def answer():
+        return 42
+
+    assert event_loop.run(answer(), "auto") == 42
+
+
+def test_memory_probe_is_off_without_its_variable():
+    import tracemalloc
+
+    from ascend_pd.proxy.memory_trace import install_from_environment
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert install_from_environment(loop, environ={}) is None
+        assert not tracemalloc.is_tracing()
+    finally:
+        loop.close()
