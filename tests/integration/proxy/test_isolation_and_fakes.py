@@ -1,5 +1,8 @@
-"""What the proxy must not carry between clients (backend cookies), and how the fake engines tell a replayed
-handoff from KV lost in a restart of P, which the soak test relies on."""
+"""What the proxy must not carry between clients (backend cookies), when a stream ends for the client and for the
+load accounting, and how the fake engines tell a replayed handoff from KV lost in a restart of P (the soak test
+relies on it)."""
+
+import asyncio
 
 import aiohttp
 import pytest
@@ -9,6 +12,7 @@ from ascend_pd.proxy.app import Proxy, start_server
 from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.settings import ProxySettings
 from ascend_pd.proxy.testing import FakeEngine
+from tests.integration.proxy.conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -86,3 +90,42 @@ async def test_fake_decode_fails_the_transfer_when_prefill_restarted_after_prefi
     finally:
         await prefill.stop()
         await decode.stop()
+
+
+async def test_a_stream_is_complete_for_the_client_at_done_but_its_load_is_held_until_the_backend_ends():
+    backend_may_end = asyncio.Event()
+    events = [b'data: {"choices":[{"index":0,"text":" w1"}]}\n\n', b"data: [DONE]\n\n"]
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events:
+            await response.write(event)
+        await backend_may_end.wait()  # a backend slow to close its body after [DONE]
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    backend = web.AppRunner(app)
+    await backend.setup()
+    await web.TCPSite(backend, "127.0.0.1", 0).start()
+    backend_url = f"http://127.0.0.1:{backend.addresses[0][1]}"
+    proxy = Proxy([Endpoint(backend_url, "colocated", "c0")], ProxySettings(mode="colocated", health_interval=0))
+    runner, url = await start_server(proxy, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as client:
+            async with client.post(url + "/v1/completions", json={**BODY, "stream": True}) as answer:
+                # would hang if the proxy waited for the backend's end of body before ending the client's
+                received = await asyncio.wait_for(answer.read(), 10)
+            assert received == b"".join(events)
+            held = proxy.pool.get(backend_url)
+            assert held.inflight == 1  # the backend's answer is not over yet: its load stays accounted
+            backend_may_end.set()
+            assert await eventually(lambda: held.inflight == 0 and held.load_tokens == 0)
+            async with client.post(url + "/v1/completions", json={**BODY, "stream": True}) as answer:
+                assert await answer.read() == b"".join(events)  # the pooled connection is still good
+    finally:
+        backend_may_end.set()
+        await runner.cleanup()
+        await backend.cleanup()
