@@ -268,7 +268,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-requests", type=int, default=2000,
                         help="requests per side sent one at a time, engines without delays (0 skips it)")
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent requests for the latency table")
-    parser.add_argument("--requests", type=int, default=2000, help="requests per side for the latency table (0 skips it)")
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="requests per side for the latency table (0 skips it)")
     parser.add_argument("--tokens", type=int, default=16, help="output tokens per request")
     parser.add_argument("--token-delay", type=float, default=0.02, help="seconds between tokens (latency table)")
     parser.add_argument("--rate-concurrency", type=int, default=64, help="concurrent requests for the rate table")

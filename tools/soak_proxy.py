@@ -155,8 +155,9 @@ async def one_request(session, url: str, rng: random.Random, disconnect_rate: fl
     except asyncio.CancelledError:
         outcomes["client-disconnected"] += 1
         return
-    except (aiohttp.ClientError, asyncio.TimeoutError):
-        outcomes["lost"] += 1  # the proxy dropped the connection without an answer
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        outcomes["lost"] += 1  # the proxy dropped the connection without an answer, or never answered
+        outcomes[f"lost-{type(exc).__name__}"] += 1
         return
     outcomes[check_answer(status, payload, streaming, expected)] += 1
     if status != 200:
@@ -246,6 +247,8 @@ def report(args, outcomes, kills, memory, health, engines, elapsed) -> int:
           f"client disconnects {outcomes['client-disconnected']}, LOST {outcomes['lost']}, "
           f"CORRUPTED {outcomes['corrupted']}  (of {answered} answered)")
     print("error statuses:", {k: v for k, v in sorted(outcomes.items()) if k.startswith("http-")})
+    if outcomes["lost"]:
+        print("lost answers by client exception:", {k: v for k, v in sorted(outcomes.items()) if k.startswith("lost-")})
     leftover = [(b["name"], b["load_tokens"], b["inflight"]) for b in health["backends"]
                 if b["load_tokens"] or b["inflight"]]
     print(f"load still held by the proxy after the run: {leftover or 'none'}; in flight {health['inflight']}")
