@@ -39,6 +39,10 @@ class ConnectorConfig:
     handshake_retries: int = 5
     handshake_timeout_s: float = 5.0
     handshake_backoff_s: float = 0.2
+    # vLLM steps without a pause while requests only wait on a transfer (P holding blocks for D, D waiting for
+    # KV); each such empty step sleeps this long so the side channel and Transfer Engine threads that do the
+    # waited-for work get the CPU. It delays a new request or a finished transfer by at most this much.
+    idle_step_pause_s: float = 0.002
 
     @property
     def is_producer(self) -> bool:
@@ -73,6 +77,15 @@ def _positive_float(extra: dict, key: str, default: float) -> float:
         raise _fail(f"kv_connector_extra_config.{key}", f"expected a positive number of seconds, got {value!r}",
                     f"set {key} to a number > 0 or leave it out (default {default})")
     return float(value)
+
+
+def _pause_seconds(extra: dict) -> float:
+    value = extra.get("idle_step_pause_ms", ConnectorConfig.idle_step_pause_s * 1e3)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise _fail("kv_connector_extra_config.idle_step_pause_ms",
+                    f"expected milliseconds between 0 and 100, got {value!r}",
+                    "set idle_step_pause_ms to a number from 0 (no pause) to 100, or leave it out (default 2)")
+    return value / 1e3
 
 
 def _shape(extra: dict, side: str) -> ParallelShape:
@@ -111,4 +124,5 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         handshake_retries=_positive_int(extra.get("handshake_retries", ConnectorConfig.handshake_retries),
                                         "kv_connector_extra_config.handshake_retries"),
         handshake_timeout_s=_positive_float(extra, "handshake_timeout_s", ConnectorConfig.handshake_timeout_s),
+        idle_step_pause_s=_pause_seconds(extra),
     )

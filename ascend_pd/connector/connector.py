@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
@@ -29,11 +30,24 @@ _MIB = 1 << 20
 KVConnectorMetadata.register(AscendPDMetadata)
 
 
+def _log_through_vllm() -> None:
+    """vLLM sets up handlers for its own logger only: share them, so the connector's lines land in the engine's log
+    with vLLM's format and level instead of being dropped (INFO) or printed bare (warnings)."""
+    ours, engine = logging.getLogger("ascend_pd"), logging.getLogger("vllm")
+    if ours.handlers or not engine.handlers:
+        return
+    for handler in engine.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(engine.getEffectiveLevel())
+    ours.propagate = False
+
+
 class AscendPDConnector(KVConnectorBase_V1):
     """Moves prompt KV from prefill to decode instances, by pull (D reads) or layered push (P writes)."""
 
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None):
         super().__init__(vllm_config, role, kv_cache_config)
+        _log_through_vllm()
         transfer = vllm_config.kv_transfer_config
         extra = transfer.kv_connector_extra_config or {}
         self.config = parse_config(transfer.kv_role, transfer.engine_id, transfer.kv_port, extra)
@@ -113,6 +127,8 @@ class AscendPDConnector(KVConnectorBase_V1):
         self.scheduler_side.update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> AscendPDMetadata:
+        if scheduler_output.total_num_scheduled_tokens == 0 and self.config.idle_step_pause_s:
+            time.sleep(self.config.idle_step_pause_s)  # an empty step: only transfers are waited on (config.py)
         return self.scheduler_side.build_connector_meta(scheduler_output)
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:

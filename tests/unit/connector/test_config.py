@@ -31,11 +31,18 @@ def test_defaults_are_pull_over_tcp():
     ("kv_producer", {**SHAPES, "decode": {"tp_size": 0}}, "kv_connector_extra_config.decode.tp_size"),
     ("kv_producer", {**SHAPES, "decode": {"tp_size": "four"}}, "kv_connector_extra_config.decode.tp_size"),
     ("kv_producer", {**SHAPES, "abort_timeout_s": -1}, "kv_connector_extra_config.abort_timeout_s"),
+    ("kv_producer", {**SHAPES, "idle_step_pause_ms": -1}, "kv_connector_extra_config.idle_step_pause_ms"),
+    ("kv_producer", {**SHAPES, "idle_step_pause_ms": "2"}, "kv_connector_extra_config.idle_step_pause_ms"),
 ])
 def test_bad_settings_name_their_field(role, extra, field):
     with pytest.raises(InputError) as error:
         parse_config(role, "prefill-0", 36000, extra)
     assert error.value.field == field and error.value.file == "kv_transfer_config" and error.value.fix
+
+
+def test_the_idle_step_pause_is_given_in_milliseconds_and_zero_turns_it_off():
+    assert parse_config("kv_producer", "prefill-0", 36000, dict(SHAPES)).idle_step_pause_s == 0.002
+    assert parse_config("kv_producer", "prefill-0", 36000, {**SHAPES, "idle_step_pause_ms": 0}).idle_step_pause_s == 0
 
 
 def test_a_port_above_65535_is_refused():

@@ -138,3 +138,17 @@ def test_requests_without_transfer_params_are_left_alone(model_dir):
     out = sched.schedule()
     assert out.num_scheduled_tokens == {"plain": PROMPT}
     assert out.kv_connector_metadata.pull_recv == []
+
+
+def test_only_steps_that_compute_nothing_pause_for_the_transfer_threads(model_dir, monkeypatch):
+    import ascend_pd.connector.connector as facade
+
+    pauses = []
+    monkeypatch.setattr(facade.time, "sleep", pauses.append)
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched.add_request(request("d-req", PROMPT, pull_params()))
+    out = sched.schedule()  # the request waits for its KV: nothing to compute
+    assert out.total_num_scheduled_tokens == 0 and pauses == [0.002]
+    sched.update_from_output(out, runner_output(out, finished_recving={"d-req"}))
+    out = sched.schedule()  # the last prompt token runs
+    assert out.total_num_scheduled_tokens == 1 and pauses == [0.002]
