@@ -69,7 +69,7 @@ class AscendPDConnector(KVConnectorBase_V1):
             num_kv_heads=model.get_total_num_kv_heads(), is_mla=model.use_mla,
             # vLLM's CPU attention keeps a block as [heads, tokens, 2 * head_size]; NPUs and GPUs use NHD.
             heads_outer=current_platform.is_cpu(),
-            staging_bytes=int(extra.get("staging_mib", 64)) * _MIB)
+            staging_bytes=int(extra.get("staging_mib", 64)) * _MIB, block_size=vllm_config.cache_config.block_size)
 
     # ---- worker side ----
     def _metadata(self) -> AscendPDMetadata:

@@ -18,7 +18,28 @@ class CachePlane:
     block_size: int
 
 
-def _plane(layer: str, tensor, heads_outer: bool) -> CachePlane:
+def _manager_blocks(layer: str, tensor, heads_outer: bool, block_size: int | None):
+    """vLLM may split each block of its KV cache manager into smaller kernel blocks (the CPU MLA kernel takes 16
+    tokens): view each run of adjacent kernel blocks as one, so block ids mean what the scheduler means."""
+    kernel_block = tensor.shape[2] if heads_outer else tensor.shape[1]
+    if block_size is None or block_size == kernel_block:
+        return tensor
+    ratio, rest = divmod(block_size, kernel_block)
+    nb, a, b, c = tensor.shape
+    if rest or nb % ratio:
+        raise ValueError(f"layer {layer}: cache {tuple(tensor.shape)} has {kernel_block}-token blocks that do not "
+                         f"tile vLLM's {block_size}-token blocks")
+    if tensor.stride(0) != tensor[0].numel():
+        raise ValueError(f"layer {layer}: the kernel blocks of cache {tuple(tensor.shape)} are not back to back")
+    if not heads_outer:
+        return tensor.view(nb // ratio, ratio * a, b, c)
+    if a != 1:
+        raise ValueError(f"layer {layer}: {kernel_block}-token kernel blocks inside {block_size}-token blocks with "
+                         "several heads outermost are not supported; use a block size the attention kernel takes")
+    return tensor.view(nb // ratio, 1, ratio * b, c)
+
+
+def _plane(layer: str, tensor, heads_outer: bool, block_size: int | None) -> CachePlane:
     if tensor.dim() == 3:  # MLA latent cache [nb, bs, width]: one head that every rank holds
         tensor = tensor.unsqueeze(1 if heads_outer else 2)
     if tensor.dim() != 4:
@@ -27,6 +48,7 @@ def _plane(layer: str, tensor, heads_outer: bool) -> CachePlane:
                          "or an MLA cache [num_blocks, block_size, width]")
     if not tensor[0].is_contiguous():
         raise ValueError(f"layer {layer}: the blocks of cache {tuple(tensor.shape)} are not contiguous in memory")
+    tensor = _manager_blocks(layer, tensor, heads_outer, block_size)
     heads, block_size = (tensor.shape[1], tensor.shape[2]) if heads_outer else (tensor.shape[2], tensor.shape[1])
     element = tensor.element_size()
     info = PlaneInfo(base_addr=tensor.data_ptr(), num_blocks=tensor.shape[0],
@@ -35,11 +57,13 @@ def _plane(layer: str, tensor, heads_outer: bool) -> CachePlane:
     return CachePlane(layer=layer, tensor=tensor, info=info, block_size=block_size)
 
 
-def cache_planes(kv_caches: dict[str, Any], heads_outer: bool = False) -> list[CachePlane]:
+def cache_planes(kv_caches: dict[str, Any], heads_outer: bool = False,
+                 block_size: int | None = None) -> list[CachePlane]:
     """Split vLLM's per-layer caches into planes: a (K, V) tuple or a [2, ...] tensor gives two, MLA gives one.
 
     heads_outer says that a 4-D cache is [num_blocks, heads, block_size, dim] (vLLM's CPU attention layout,
     K and V side by side in dim) rather than NHD [num_blocks, block_size, heads, dim] (Ascend, upstream).
+    block_size is the KV cache manager's (cache_config.block_size), when the tensors may use smaller kernel blocks.
     """
     planes = []
     for layer, cache in kv_caches.items():
@@ -49,7 +73,7 @@ def cache_planes(kv_caches: dict[str, Any], heads_outer: bool = False) -> list[C
             parts = [cache[0], cache[1]]
         else:
             parts = [cache]
-        planes.extend(_plane(layer, part, heads_outer) for part in parts)
+        planes.extend(_plane(layer, part, heads_outer, block_size) for part in parts)
     if not planes:
         raise ValueError("no KV cache tensors to register")
     sizes = {plane.block_size for plane in planes}

@@ -25,11 +25,13 @@ class WorkerSide:
     """One TP rank's connector worker; the pull and push modes add what moves the blocks."""
 
     def __init__(self, config: ConnectorConfig, host: str, tp_rank: int, dp_rank: int, num_kv_heads: int,
-                 is_mla: bool, heads_outer: bool = False, staging_bytes: int = 64 << 20):
+                 is_mla: bool, heads_outer: bool = False, staging_bytes: int = 64 << 20,
+                 block_size: int | None = None):
         self.config = config
         self.host = host
         self.tp_rank = tp_rank
         self.heads_outer = heads_outer
+        self.manager_block_size = block_size  # the scheduler's; the tensors may hold smaller kernel blocks
         # The plan always runs from prefill (source) to decode (destination), whichever side this is.
         self.plan: TpTransferPlan = plan_tp_transfer(num_kv_heads, config.prefill.tp_size, config.decode.tp_size,
                                                      is_mla)
@@ -56,7 +58,7 @@ class WorkerSide:
 
     # ---- registration and handshakes ----
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
-        self.planes = cache_planes(kv_caches, self.heads_outer)
+        self.planes = cache_planes(kv_caches, self.heads_outer, self.manager_block_size)
         self.block_size = self.planes[0].block_size
         for index, plane in enumerate(self.planes):
             self.layer_planes.setdefault(plane.layer, []).append(index)

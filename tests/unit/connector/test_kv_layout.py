@@ -45,3 +45,23 @@ def test_registration_covers_each_whole_allocation():
     cache = torch.zeros(2, 10, 16, 4, 64, dtype=torch.bfloat16)
     regions = registration_regions(cache_planes({"l0": cache}))
     assert sum(length for _, length in regions) == cache.numel() * 2
+
+
+def test_kernel_blocks_smaller_than_the_managers_blocks_are_grouped_so_block_ids_mean_manager_blocks():
+    """vLLM's CPU MLA kernel takes 16-token blocks under a 32-token KV cache manager: manager block 3 is kernel
+    blocks 6 and 7, for MLA on CPU (heads outer) and for an NHD cache alike."""
+    mla = torch.arange(10 * 16 * 576, dtype=torch.float32).view(10, 16, 576)
+    (plane,) = cache_planes({"l0": mla}, heads_outer=True, block_size=32)
+    assert (plane.info.num_blocks, plane.block_size, plane.info.block_len) == (5, 32, 32 * 576 * 4)
+    assert torch.equal(plane.tensor[3].flatten(), mla[6:8].flatten())
+    nhd = torch.arange(8 * 16 * 2 * 8, dtype=torch.float32).view(8, 16, 2, 8)
+    (plane,) = cache_planes({"l0": nhd}, block_size=64)
+    assert (plane.info.num_blocks, plane.block_size, plane.info.block_stride) == (2, 64, 64 * 2 * 8 * 4)
+    assert torch.equal(plane.tensor[1], nhd[4:8].reshape(64, 2, 8))
+
+
+def test_kernel_blocks_that_do_not_tile_the_managers_blocks_are_refused():
+    with pytest.raises(ValueError, match="do not tile"):
+        cache_planes({"l0": torch.zeros(10, 16, 576)}, heads_outer=True, block_size=24)
+    with pytest.raises(ValueError, match="not supported"):
+        cache_planes({"l0": torch.zeros(10, 4, 16, 128)}, heads_outer=True, block_size=32)
