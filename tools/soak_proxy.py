@@ -270,7 +270,8 @@ def report_memory(args, memory: MemorySampler) -> None:
           ", ".join(f"{i}: {r / 2**20:.2f}" for i, r in samples))
     half = len(samples) // 2
     first, second = samples[:half], samples[half:]
-    print(f"RSS slope after warm-up: {slope_per_1000(samples) / 1024:+.1f} KiB per 1,000 requests; "
+    print(f"RSS slope after warm-up: {slope_per_1000(samples) / 1024:+.1f} KiB per 1,000 requests, over the second "
+          f"half {slope_per_1000(second) / 1024:+.1f} KiB; "
           f"first {samples[0][1] / 2**20:.2f} MiB, last {samples[-1][1] / 2**20:.2f} MiB, mean of the second half "
           f"{(mean_rss(second) - mean_rss(first)) / 1024:+.0f} KiB against the first")
     if args.tracemalloc:
