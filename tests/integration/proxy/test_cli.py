@@ -71,6 +71,18 @@ def test_missing_deployment_file_is_exit_2(tmp_path):
     assert_clean_failure(run("--deployment", str(tmp_path / "nope.yaml")), "nope.yaml")
 
 
+
+async def wait_healthy(session: aiohttp.ClientSession, url: str, tries: int = 100) -> None:
+    """Until the proxy at `url` answers /health with 200 (it may still be binding its port)."""
+    for _ in range(tries):
+        try:
+            async with session.get(url + "/health") as answer:
+                if answer.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("connector", ["{implementation: ascend-pd, mode: pull, protocol: tcp}",
                                        "{implementation: ascend-pd, mode: push, protocol: tcp}",
@@ -87,13 +99,7 @@ async def test_proxy_process_serves_the_deployment(tmp_path, connector):
     body = {"model": "fake-model", "prompt": "from a file", "max_tokens": 6, "stream": True}
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(100):
-                try:
-                    async with session.get(url + "/health") as answer:
-                        if answer.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+            await wait_healthy(session, url)
             async with session.post(url + "/v1/completions", json=body) as answer:
                 proxied = await answer.read()
             async with session.post(decode.url + "/v1/completions", json=body) as answer:
@@ -133,13 +139,7 @@ async def test_proxy_process_serves_on_the_chosen_event_loop_and_dumps_memory_sn
         started = (await process.stderr.readline()).decode()
         assert f"{event_loop} event loop" in started
         async with aiohttp.ClientSession() as session:
-            for _ in range(100):
-                try:
-                    async with session.get(url + "/health") as answer:
-                        if answer.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+            await wait_healthy(session, url)
             body = {"model": "fake-model", "prompt": "on a loop", "max_tokens": 4}
             async with session.post(url + "/v1/completions", json=body) as answer:
                 assert answer.status == 200
