@@ -37,6 +37,7 @@ import msgspec
 
 from ascend_pd.proxy.event_loop import EVENT_LOOPS, resolve, run
 from ascend_pd.proxy.openai_body import decode_body, prefill_body
+from ascend_pd.proxy.testing import free_port, wait_healthy
 
 TOOLS = Path(__file__).resolve().parent
 
@@ -127,26 +128,12 @@ def load_average() -> str:
     return f"load average {one:.2f} (1 min) {five:.2f} (5 min)"
 
 
-async def wait_healthy(url: str, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
+async def proxy_ready(url: str) -> None:
     async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(url + "/health") as answer:
-                    if answer.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise SystemExit(f"the proxy at {url} did not become healthy")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            await wait_healthy(session, url)
+        except TimeoutError as error:
+            raise SystemExit(str(error)) from None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -238,7 +225,7 @@ async def run_with_engines(token_delay: float, args, body) -> None:
                 command += [f"--{role}", engine["url"]]
         proxy_proc = start(command, proxy_cpus)
         url = f"http://127.0.0.1:{port}"
-        await wait_healthy(url)
+        await proxy_ready(url)
         await body(Direct(engines), Proxied(url, proxy_proc.pid))
     finally:
         for process in (proxy_proc, engines_proc):

@@ -13,7 +13,7 @@ import asyncio
 import json
 import sys
 
-from ascend_pd.proxy.event_loop import run
+from ascend_pd.proxy.event_loop import EVENT_LOOPS, run
 from ascend_pd.proxy.testing import Behaviour, FakeEngine
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-delay", type=float, default=0.0, help="seconds between output tokens")
     parser.add_argument("--fail-rate", type=float, default=0.0, help="fraction of requests answered 500")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                         help="auto: uvloop when installed, so the engines cost less CPU next to the proxy")
     args = parser.parse_args(argv)
     try:

@@ -34,19 +34,11 @@ import aiohttp
 import msgspec
 
 from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
-from ascend_pd.proxy.testing import Behaviour, FakeEngine, fake_tokens
+from ascend_pd.proxy.testing import Behaviour, FakeEngine, fake_tokens, free_port, wait_healthy
 
 CONNECTORS = {"pull": "{implementation: ascend-pd, mode: pull, protocol: tcp}",
               "push": "{implementation: ascend-pd, mode: push, protocol: tcp}",
               "layerwise": "{implementation: vllm-ascend, mode: push, protocol: tcp}"}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def deployment_yaml(engines: list[FakeEngine], mode: str, proxy_port: int) -> str:
@@ -202,14 +194,7 @@ async def soak(args: argparse.Namespace) -> int:
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                          timeout=aiohttp.ClientTimeout(total=60)) as session:
-            for _ in range(100):
-                try:
-                    async with session.get(url + "/health") as answer:
-                        if answer.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+            await wait_healthy(session, url)
             stop = asyncio.Event()
             chaos_task = asyncio.ensure_future(chaos(engines, rng, args.kill_interval, stop, kills))
             started = time.perf_counter()

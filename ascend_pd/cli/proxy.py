@@ -8,6 +8,7 @@ import click
 
 from ascend_pd.cli.common import input_errors_exit_2
 from ascend_pd.errors import InputError
+from ascend_pd.proxy.event_loop import EVENT_LOOPS
 
 WILDCARDS = ("0.0.0.0", "::", "")
 
@@ -49,7 +50,7 @@ WILDCARDS = ("0.0.0.0", "::", "")
 @click.option("--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
               help="enables /admin/backends (add, drain, remove) for 'Authorization: Bearer <token>' "
                    "[env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
-@click.option("--event-loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto", show_default=True,
+@click.option("--event-loop", type=click.Choice(EVENT_LOOPS), default="auto", show_default=True,
               help="auto: uvloop when it is installed (the 'proxy' extra has it), else asyncio's loop")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import socket
 import time
 import zlib
 from collections import OrderedDict
@@ -27,6 +28,27 @@ from ascend_pd.proxy.openai_body import prompt_text
 
 KV_WAIT_SECONDS = 5.0  # how long a fake D waits for pushed KV before it gives up with a 500
 
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def wait_healthy(session: aiohttp.ClientSession, url: str, seconds: float = 20.0) -> None:
+    """Until the proxy at `url` answers /health with 200 (it may still be binding its port); TimeoutError after
+    `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            async with session.get(url + "/health") as answer:
+                if answer.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"the proxy at {url} did not become healthy within {seconds:.0f} s")
 
 def fake_tokens(prompt: str, count: int) -> list[str]:
     seed = zlib.crc32(prompt.encode())

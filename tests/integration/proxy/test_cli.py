@@ -4,7 +4,6 @@ with exit 2."""
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tracemalloc
@@ -13,15 +12,9 @@ import aiohttp
 import pytest
 
 from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
-from ascend_pd.proxy.testing import FakeEngine
+from ascend_pd.proxy.testing import FakeEngine, free_port, wait_healthy
 
 PROXY = [sys.executable, "-m", "ascend_pd.cli.main", "proxy"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def deployment(prefill: FakeEngine, decode: FakeEngine, connector: str, proxy_port: int, policy="least-loaded"):
@@ -71,17 +64,6 @@ def test_missing_deployment_file_is_exit_2(tmp_path):
     assert_clean_failure(run("--deployment", str(tmp_path / "nope.yaml")), "nope.yaml")
 
 
-
-async def wait_healthy(session: aiohttp.ClientSession, url: str, tries: int = 100) -> None:
-    """Until the proxy at `url` answers /health with 200 (it may still be binding its port)."""
-    for _ in range(tries):
-        try:
-            async with session.get(url + "/health") as answer:
-                if answer.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.1)
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("connector", ["{implementation: ascend-pd, mode: pull, protocol: tcp}",
