@@ -15,20 +15,29 @@ import torch
 import ascend_pd.kernels as kernels
 
 
-def median_seconds(run, repeats: int) -> float:
-    run()  # warm caches and allocator
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+def timed(run) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
-def memcpy_seconds(num_bytes: int, repeats: int) -> float:
+def paired_medians(run, num_bytes: int, repeats: int) -> tuple[float, float]:
+    """Median seconds of the op and of a memcpy of the same bytes, sampled alternately.
+
+    Alternating puts both under the same load and cache state; the memcpy baseline alone moves by 3x between runs.
+    """
     source = torch.randint(0, 255, (num_bytes,), dtype=torch.uint8)
     target = torch.empty_like(source)
-    return median_seconds(lambda: ctypes.memmove(target.data_ptr(), source.data_ptr(), num_bytes), repeats)
+
+    def memcpy() -> None:
+        ctypes.memmove(target.data_ptr(), source.data_ptr(), num_bytes)
+
+    run(), memcpy()  # warm caches and allocator
+    op_samples, copy_samples = [], []
+    for _ in range(repeats):
+        op_samples.append(timed(run))
+        copy_samples.append(timed(memcpy))
+    return statistics.median(op_samples), statistics.median(copy_samples)
 
 
 def cases(blocks: int, block_size: int, heads: int, head_dim: int):
@@ -65,8 +74,7 @@ def main(blocks: int, block_size: int, heads: int, head_dim: int, repeats: int) 
                f"{torch.get_num_threads()} threads, median of {repeats}")
     click.echo(f"{'op':32} {'MiB':>7} {'ms':>8} {'GB/s':>7} {'memcpy GB/s':>12} {'ratio':>6}")
     for name, num_bytes, run in cases(blocks, block_size, heads, head_dim):
-        op_s = median_seconds(run, repeats)
-        copy_s = memcpy_seconds(num_bytes, repeats)
+        op_s, copy_s = paired_medians(run, num_bytes, repeats)
         click.echo(f"{name:32} {num_bytes / 2**20:7.1f} {op_s * 1e3:8.3f} {num_bytes / op_s / 1e9:7.2f} "
                    f"{num_bytes / copy_s / 1e9:12.2f} {copy_s / op_s:6.2f}")
 

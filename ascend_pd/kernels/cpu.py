@@ -35,10 +35,8 @@ def gather_heads(cache: torch.Tensor, ids: torch.Tensor, head_start: int, head_c
 
 
 def scatter_heads(cache: torch.Tensor, ids: torch.Tensor, head_start: int, packed: torch.Tensor) -> None:
-    # numpy's fancy assignment writes strided head slices about twice as fast as torch's index_copy_
     word = word_dtype(_row_bytes(cache))
-    slots = as_words(cache, word).numpy()
-    slots[ids.numpy(), :, head_start:head_start + packed.shape[2]] = as_words(packed, word).numpy()
+    as_words(cache, word).narrow(2, head_start, packed.shape[2]).index_copy_(0, ids, as_words(packed, word))
 
 
 def block_transpose(cache: torch.Tensor, ids: torch.Tensor, split: int) -> None:
