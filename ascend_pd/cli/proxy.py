@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 
 import click
@@ -131,5 +132,16 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
     roles = ", ".join(f"{sum(e.role == r for e in endpoints)} {r}" for r in ("prefill", "decode", "colocated"))
     click.echo(f"ascend-pd proxy: {mode} flow, {roles} endpoint(s), listening on {host}:{port}, {loop_name} event "
                "loop", err=True)
-    web.run_app(build_app(proxy), host=host, port=port, handler_cancellation=True, access_log=None,
-                print=None, loop=loop)
+    try:
+        web.run_app(build_app(proxy), host=host, port=port, handler_cancellation=True, access_log=None,
+                    print=None, loop=loop)
+    except OSError as exc:  # raised while binding, before any request is served
+        raise _listen_error(host, port, exc) from None
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> InputError:
+    if exc.errno == errno.EADDRINUSE:
+        return InputError(f"port {port} is already in use on {host}", field="--port",
+                          fix=f"stop the process listening there (ss -ltnp 'sport = :{port}'), or pass another --port")
+    return InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--host",
+                      fix="pass an address of this machine, or 0.0.0.0 for all of them")

@@ -4,6 +4,7 @@ with exit 2."""
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tracemalloc
@@ -53,6 +54,15 @@ def test_no_backends_is_exit_2_with_a_fix():
 def test_unknown_policy_is_exit_2_naming_the_choices():
     assert_clean_failure(run("--prefill", "http://127.0.0.1:9", "--decode", "http://127.0.0.1:9", "--policy", "best"),
                          "unknown routing policy", "round-robin")
+
+
+def test_a_port_already_in_use_is_exit_2_naming_the_port():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert_clean_failure(run("--prefill", "http://127.0.0.1:9", "--decode", "http://127.0.0.1:9", "--host",
+                                 "127.0.0.1", "--port", str(port)), f"port {port} is already in use", "--port")
 
 
 def test_layerwise_on_a_wildcard_address_asks_for_an_advertised_url():
