@@ -87,6 +87,8 @@ class VllmArgs(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     block_size: int = Field(128, ge=1)
     enforce_eager: bool = False
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto", description="vLLM --dtype of weights, activations and KV; memory checks assume model.quantization")
     extra_args: list[str] = Field(default_factory=list, description="passed to `vllm serve` verbatim")
 
 

@@ -100,6 +100,8 @@ def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, p
              "--block-size", str(args.block_size), "--trust-remote-code"]
     if args.enforce_eager:
         argv.append("--enforce-eager")
+    if args.dtype != "auto":
+        argv += ["--dtype", args.dtype]
     if platform != "cpu" and deployment.model.quantization != "bf16":
         argv += ["--quantization", "ascend"]  # vllm-ascend's loader for its W8A8 / W4A8 checkpoints
     if kv_config is not None:

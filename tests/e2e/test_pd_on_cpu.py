@@ -55,16 +55,7 @@ def pd(request, tiny_models):
         yield stack
 
 
-# Known divergence, kept visible: with the tiny MLA model, answers to requests sent one at a time leave the
-# colocated engine's greedy tokens after 3-15 tokens (8 of the 14 answers; the 6 concurrent ones match), in pull and
-# push alike, while vLLM's own ExampleConnector feeding the same engine its stored KV reproduces the colocated tokens
-# for 3 of the 4 prompts checked. Strict: the day it matches, this marker must go.
-MLA_DIVERGES = "MLA decode after a KV handoff drifts from the colocated run (see README, CPU end-to-end)"
-
-
-def test_outputs_equal_the_colocated_run_token_for_token(pd, request):
-    if pd.model == MLA:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=MLA_DIVERGES))
+def test_outputs_equal_the_colocated_run_token_for_token(pd):
     answers = run_workload(pd.proxy_url, pd.model)
     mismatched = {k: (answers[k], pd.reference[k]) for k in pd.reference if answers.get(k) != pd.reference[k]}
     assert mismatched == {}
@@ -113,8 +104,7 @@ def test_client_disconnect_mid_stream_frees_kv_and_serving_goes_on(pd):
     reply = http_json(f"{pd.proxy_url}/v1/completions", completion_body(pd.model, LONG))
     tokens = reply["choices"][0]["token_ids"]
     assert len(tokens) == completion_body(pd.model, LONG)["max_tokens"]
-    if pd.model != MLA:  # see MLA_DIVERGES
-        assert tokens == pd.reference["long"]
+    assert tokens == pd.reference["long"]
 
 
 def test_ttft_splits_into_the_prefill_the_kv_wait_and_what_follows(pd):

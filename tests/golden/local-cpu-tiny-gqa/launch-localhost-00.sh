@@ -53,6 +53,7 @@ start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cp
     --gpu-memory-utilization 0.9 \
     --block-size 32 \
     --trust-remote-code \
+    --dtype float32 \
     --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'
 
 # decode-0 DP rank 0 (decode): devices 1, http 8200, kv ports 26100, engine decode-0
@@ -69,4 +70,5 @@ start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu
     --gpu-memory-utilization 0.9 \
     --block-size 32 \
     --trust-remote-code \
+    --dtype float32 \
     --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":26100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'

@@ -38,6 +38,7 @@ def test_vllm_parses_every_process_as_intended(path):
         namespace, engine = parse(process.argv)
         assert engine.model == plan.deployment.model.path
         assert engine.tensor_parallel_size == instance.parallel.tp
+        assert engine.dtype == instance.vllm.dtype
         assert namespace.headless == (process.http_port is None)
         if process.http_port is not None:
             assert namespace.port == process.http_port
