@@ -32,7 +32,8 @@ def paired_medians(run, num_bytes: int, repeats: int) -> tuple[float, float]:
     def memcpy() -> None:
         ctypes.memmove(target.data_ptr(), source.data_ptr(), num_bytes)
 
-    run(), memcpy()  # warm caches and allocator
+    run()  # warm caches and allocator
+    memcpy()
     op_samples, copy_samples = [], []
     for _ in range(repeats):
         op_samples.append(timed(run))
