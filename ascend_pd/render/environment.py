@@ -15,8 +15,8 @@ CPU_KVCACHE_GIB = 1
 
 @dataclass(frozen=True)
 class CpuCores:
-    """The cores a CPU engine binds, worked out by the launcher on the host it runs on: device ids are core ids,
-    wrapping around on a host with fewer cores than the cluster file lists devices (a 2-core CI box)."""
+    """The cores a CPU engine binds, worked out by the launcher on the host it runs on: device ids are core ids, and
+    no binding at all on a host with fewer cores than the node's processes use (a 2-core CI box)."""
 
     devices: tuple[int, ...]
 

@@ -39,16 +39,19 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 """
 
 
+# vLLM's CPU workers spin while they wait (for the scheduler's next step, for the TP all-reduce), so two processes
+# pinned to one core starve each other and the Transfer Engine threads they share it with: one 56-block read from a
+# P TP2 rank went past Mooncake's 30 s timeout that way, and took 1-3 s with the kernel free to spread the processes.
 CPU_CORES = """\
-# cpu_cores DEVICE...: the cores of these CPU devices on this host, wrapping around when it has fewer cores.
+# cpu_cores DEVICE...: the cores of these CPU devices (device ids are core ids), or "nobind" on a host with fewer
+# cores than the processes of this node use.
 cpu_cores() {
-  local cores device ids=()
-  cores="$(nproc)"
-  for device in "$@"; do
-    ids+=("$((device % cores))")
-  done
+  if (( NODE_CPU_DEVICES > $(nproc) )); then
+    echo nobind
+    return
+  fi
   local IFS="|"
-  echo "${ids[*]}"
+  echo "$*"
 }
 """
 
@@ -96,10 +99,13 @@ def start_lines(process: Process) -> list[str]:
 
 def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process]) -> list[str]:
     """The exports every process of `node` shares, then one start per process."""
+    processes = list(processes)
     lines = [f"# Node {node.name}: host {node.network.host_ip}, interface {node.network.interface}."]
     lines += [f"export {key}={quote(value)}" for key, value in node.env]
     if plan.platform == "cpu":
-        lines += ["", *CPU_CORES.splitlines()]
+        used = 1 + max(d for p in processes for d in p.devices)
+        lines += ["", f"NODE_CPU_DEVICES={used}  # cores the processes below need, one per device id",
+                  *CPU_CORES.splitlines()]
     else:
         lines += MOONCAKE_LIBRARY_PATH.splitlines()
     for process in processes:

@@ -28,15 +28,16 @@ start() {
 export VLLM_HOST_IP=127.0.0.1
 export GLOO_SOCKET_IFNAME=lo
 
-# cpu_cores DEVICE...: the cores of these CPU devices on this host, wrapping around when it has fewer cores.
+NODE_CPU_DEVICES=2  # cores the processes below need, one per device id
+# cpu_cores DEVICE...: the cores of these CPU devices (device ids are core ids), or "nobind" on a host with fewer
+# cores than the processes of this node use.
 cpu_cores() {
-  local cores device ids=()
-  cores="$(nproc)"
-  for device in "$@"; do
-    ids+=("$((device % cores))")
-  done
+  if (( NODE_CPU_DEVICES > $(nproc) )); then
+    echo nobind
+    return
+  fi
   local IFS="|"
-  echo "${ids[*]}"
+  echo "$*"
 }
 
 # prefill-0 DP rank 0 (prefill): devices 0, http 8100, kv ports 26000, engine prefill-0

@@ -151,8 +151,9 @@ def test_an_uneven_spread_is_refused():
         plan_of(data)
 
 
-@pytest.mark.parametrize("host_cores,expected", [(2, "0|1"), (4, "2|3"), (3, "2|0")])
-def test_cpu_launcher_binds_devices_past_the_host_cores_by_wrapping_around(cpu_example, host_cores, expected):
+@pytest.mark.parametrize("host_cores,expected", [(4, "2|3"), (8, "2|3"), (3, "nobind"), (2, "nobind")])
+def test_cpu_launcher_binds_device_cores_only_when_the_host_has_a_core_for_every_device(cpu_example, host_cores,
+                                                                                      expected):
     from ascend_pd.render import RenderOptions, render_bundle
 
     from .conftest import loaded_from
@@ -163,5 +164,6 @@ def test_cpu_launcher_binds_devices_past_the_host_cores_by_wrapping_around(cpu_e
     function = script[script.index("cpu_cores() {"):script.index("\n}\n", script.index("cpu_cores() {")) + 3]
     assert 'VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 2 3)"' in script
     # nproc as a shell function stands in for a host with `host_cores` cores
-    shell = f"nproc() {{ echo {host_cores}; }}\n{function}\ncpu_cores 2 3"
+    used = script[script.index("NODE_CPU_DEVICES="):].split()[0]
+    shell = f"nproc() {{ echo {host_cores}; }}\n{used}\n{function}\ncpu_cores 2 3"
     assert subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True).stdout.strip() == expected
