@@ -57,11 +57,6 @@ def case_logs(name: str) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter):
-    from .test_pd_on_cpu import CORES, LEFT_OUT
-
-    if LEFT_OUT:
-        terminalreporter.write_line(f"e2e cases left out on this {CORES}-core host (one core per rank needed): "
-                                    + ", ".join(LEFT_OUT))
     table = timing.report()
     if table:
         terminalreporter.write_sep("-", f"TTFT of long prompts, mean per request (also in {LOGS / 'ttft.md'})")
