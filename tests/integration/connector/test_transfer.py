@@ -91,7 +91,9 @@ def test_prefill_dying_mid_push_becomes_a_load_error_after_the_push_timeout(tmp_
                             prefill={"die_at_layer": 1, "layer_compute_s": 0.5})
     _, decode_results = run(tmp_path, prefill, decode)
     (result,) = decode_results
-    assert 4 <= result["received_after_s"] < 30, result["received_after_s"]
+    # The 4 s run from whichever D saw first: its own request, or P's first layer report, which can arrive a moment
+    # before D's request is announced. Failing early (not waiting for the timeout) would land well under 3.5 s.
+    assert 3.5 <= result["received_after_s"] < 30, result["received_after_s"]
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert "not every prefill rank reported" in log_of(tmp_path, decode[0])
 
