@@ -83,5 +83,13 @@ def cache_planes(kv_caches: dict[str, Any], heads_outer: bool = False,
 
 
 def registration_regions(planes: list[CachePlane]) -> list[tuple[int, int]]:
-    """(address, bytes) of each plane's whole allocation, for Transport.register to merge."""
-    return [(p.info.base_addr, p.info.block_stride * (p.info.num_blocks - 1) + p.info.block_len) for p in planes]
+    """(address, bytes) of the allocation behind each plane, for Transport.register to merge.
+
+    The whole storage, not the plane's span: vllm-ascend allocates K and V (or MLA nope and rope) of a layer apart,
+    each padded for alignment, and a plane may be a view into a larger buffer that holds several layers. One region
+    per storage keeps the count far below HCCL's limit, and gaps of padding need no regions of their own."""
+    regions = []
+    for plane in planes:
+        storage = plane.tensor.untyped_storage()
+        regions.append((storage.data_ptr(), storage.nbytes()))
+    return regions

@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import PullRecv
-from ascend_pd.connector.scheduler import SchedulerSide, prompt_tokens_to_load
+from ascend_pd.connector.scheduler import SchedulerSide, prompt_blocks, prompt_tokens_to_load
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -30,21 +30,32 @@ class PullScheduler(SchedulerSide):
         params = request.kv_transfer_params
         if not _wants_pull(params):
             return
-        local = blocks.get_unhashed_block_ids() if num_external_tokens > 0 else []
-        self._queue_recv(request, local)
+        if num_external_tokens > 0:
+            local = blocks.get_unhashed_block_ids()
+            # Local prefix-cache hits are the request's first blocks; the read fills the prompt blocks after them.
+            first = len(blocks.blocks[0]) - len(local)
+            count = prompt_blocks(request.num_prompt_tokens, self.block_size) - first
+            self._queue_recv(request, local[:count], first)
+        else:
+            self._queue_recv(request, [], 0)
         params["do_remote_prefill"] = False  # the read is scheduled once, even if vLLM calls again
 
-    def _queue_recv(self, request: Request, local: list[int]) -> None:
+    def _queue_recv(self, request: Request, local: list[int], first: int) -> None:
+        """Read P's prompt blocks [first, first + len(local)) into `local`; D's lookahead (draft) blocks after the
+        prompt are not in `local`, and P sent only its prompt blocks."""
         params = request.kv_transfer_params
         peer = self.peer_of(params)
         if peer is None:
             return
-        remote = list(params["remote_block_ids"])
-        # Local prefix-cache hits cover the first blocks; the read fills the rest, aligned at the tail.
-        count = min(len(local), len(remote))
+        remote = list(params["remote_block_ids"])[first:first + len(local)]
+        if len(remote) < len(local):
+            logger.warning("request %s: prefill sent %d blocks for a %d-token prompt; the missing ones are "
+                           "computed locally", request.request_id, len(params["remote_block_ids"]),
+                           request.num_prompt_tokens)
+            local = local[:len(remote)]
         self._next.pull_recv.append(PullRecv(
             request_id=request.request_id, remote_request_id=str(params.get("remote_request_id", "")),
-            peer=peer, local_block_ids=list(local[:count]), remote_block_ids=remote[len(remote) - count:]))
+            peer=peer, local_block_ids=list(local), remote_block_ids=remote))
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         from vllm.v1.request import RequestStatus
@@ -54,7 +65,7 @@ class PullScheduler(SchedulerSide):
             return False, None
         if _wants_pull(params):
             # Decode side, finished (aborted) before blocks were allocated: P must still hear it can free.
-            self._queue_recv(request, [])
+            self._queue_recv(request, [], 0)
             params["do_remote_prefill"] = False
             return False, None
         if not params.get("do_remote_decode"):
@@ -71,7 +82,8 @@ class PullScheduler(SchedulerSide):
             "remote_host": self.host,
             "remote_port": self.side_channel_port,
             "remote_tp_size": self.config.local.tp_size,
-            "remote_block_ids": list(block_ids),
+            # The prompt's blocks only: with a draft model P also holds lookahead blocks, which carry no prompt KV.
+            "remote_block_ids": list(block_ids[:prompt_blocks(request.num_prompt_tokens, self.block_size)]),
             "remote_block_size": self.block_size,
             "remote_num_tokens": request.num_computed_tokens,
         }

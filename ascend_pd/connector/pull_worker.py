@@ -9,7 +9,7 @@ from collections import Counter
 from ascend_pd import kernels
 from ascend_pd.connector import messages
 from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv
-from ascend_pd.connector.routes import Route, direct_copies, route, transpose_split
+from ascend_pd.connector.routes import Route, check_block_ids, direct_copies, route, transpose_split
 from ascend_pd.connector.transport import Span
 from ascend_pd.connector.worker import WorkerSide
 from ascend_pd.kernels.tp_mapping import SourceRead
@@ -55,6 +55,8 @@ class PullWorker(WorkerSide):
                 ok = False
                 logger.error("AscendPD: request %s: reading KV from %s failed: %s", recv.request_id,
                              recv.peer.engine_id, error)
+            # Kernels queued on the blocks finish before vLLM runs (or recomputes) the request on them.
+            self.device.drain()
         for rank in sorted(self.candidates(self.tp_rank)):
             self.notify(recv.peer.host, recv.peer.port + rank,
                         messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
@@ -73,6 +75,7 @@ class PullWorker(WorkerSide):
         futures, staged = [], []
         for read in reads:
             remote = self.peer_metadata(recv.peer, read.src_rank)
+            check_block_ids(recv.remote_block_ids, remote.planes, f"prefill {recv.peer.engine_id}")
             spans = []
             for index, plane in enumerate(self.planes):
                 rt = route(read, remote.planes[index], plane.info)
@@ -107,6 +110,7 @@ class PullWorker(WorkerSide):
                                           (len(chunk), tensor.shape[1], src.num_heads, tensor.shape[3]))
                 packed = kernels.gather_heads(whole, list(range(len(chunk))), rt.head_start, rt.head_count)
                 kernels.scatter_heads(tensor, [db for _, db in chunk], read.dst_head_start, packed)
+                self.device.drain()  # the next chunk's read overwrites the staging buffer these kernels read
 
     def _transpose(self, reads: tuple[SourceRead, ...], block_ids: list[int]) -> None:
         """Blocks assembled from several senders' whole blocks are [split, bs, H/split, D]: make them NHD."""

@@ -6,6 +6,7 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -18,7 +19,17 @@ from ascend_pd.connector.worker import WorkerSide
 
 logger = logging.getLogger(__name__)
 
-_Job = tuple[list[int], int, int]  # plane indices (one layer), prompt block range [first, stop)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One layer's share of a prefill step: its planes, the prompt blocks [first, stop) it wrote, and the device
+    event behind that write (the model's cache write is asynchronous on an NPU)."""
+
+    planes: list[int]
+    first: int
+    stop: int
+    written: Any = None
 
 
 @dataclass
@@ -94,8 +105,9 @@ class PushWorker(WorkerSide):
         planes = self.layer_planes.get(layer_name)
         if not planes:
             return
+        written = self.device.mark() if metadata.push_send else None  # on the model's thread and stream
         for send in metadata.push_send:
-            job = (planes, send.first, send.stop)
+            job = _Job(planes, send.first, send.stop, written)
             with self.lock:
                 out = self._outgoing.get(send.transfer_id)
                 if out is None:
@@ -176,10 +188,13 @@ class PushWorker(WorkerSide):
 
     def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> None:
         reads = [read for read in self.plan.reads(rank, out.transfer_id) if read.src_rank == self.tp_rank]
+        for job in jobs:
+            self.device.wait(job.written)  # the layer's KV must be in memory before the engine reads it
         spans = []
-        for planes, first, stop in jobs:
-            first = max(first, ready.first_block)
-            stop = min(stop, ready.first_block + len(ready.block_ids), len(out.block_ids))
+        for job in jobs:
+            planes = job.planes
+            first = max(job.first, ready.first_block)
+            stop = min(job.stop, ready.first_block + len(ready.block_ids), len(out.block_ids))
             if first >= stop:
                 continue
             src_blocks = out.block_ids[first:stop]
@@ -204,8 +219,10 @@ class PushWorker(WorkerSide):
         with self.staging.lock:
             for start in range(0, len(src_blocks), per_chunk):
                 chunk_src, chunk_dst = src_blocks[start:start + per_chunk], dst_blocks[start:start + per_chunk]
-                packed = kernels.gather_heads(tensor, chunk_src, rt.head_start, rt.head_count)
-                self.staging.view(0, packed.numel() * packed.element_size(), packed.dtype, packed.shape).copy_(packed)
+                shape = (len(chunk_src), tensor.shape[1], rt.head_count, tensor.shape[3])
+                packed = self.staging.view(0, len(chunk_src) * packed_len, tensor.dtype, shape)
+                kernels.gather_heads(tensor, chunk_src, rt.head_start, rt.head_count, out=packed)
+                self.device.drain()  # the engine reads the staging buffer from memory
                 spans = [Span(local=self.staging.address + k * packed_len,
                               remote=dst.base_addr + db * dst.block_stride + rt.dst_offset, length=packed_len)
                          for k, db in enumerate(chunk_dst)]
@@ -299,6 +316,7 @@ class PushWorker(WorkerSide):
                 split = transpose_split(reads, plane.info, reads[0].src_heads_per_rank)
                 if split > 1:
                     kernels.block_transpose(plane.tensor, incoming.block_ids, split)
+            self.device.drain()  # vLLM may run the request as soon as it is reported received
         with self.lock:
             if incoming.ok:
                 self.stats.record_wait(time.monotonic() - incoming.taken_up)

@@ -53,6 +53,15 @@ def check_compatible(src: list[PlaneInfo], dst: list[PlaneInfo], src_block_size:
                                  "kv-cache-dtype are needed on both sides")
 
 
+def check_block_ids(block_ids: list[int], planes: list[PlaneInfo], owner: str) -> None:
+    """Raise LayoutMismatch when a peer names a block its cache does not have: the engine would otherwise move
+    memory outside the registered caches (a stale or corrupted kv_transfer_params)."""
+    num_blocks = min(plane.num_blocks for plane in planes)
+    bad = [b for b in block_ids if not 0 <= b < num_blocks]
+    if bad:
+        raise LayoutMismatch(f"{owner} block ids {bad[:4]} are outside its {num_blocks}-block cache")
+
+
 def route(read: SourceRead, src: PlaneInfo, dst: PlaneInfo) -> Route:
     """The route of one plane for one read (heads of `read` counted in this plane's local heads)."""
     head_bytes = _head_bytes(src)

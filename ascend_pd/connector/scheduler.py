@@ -66,6 +66,11 @@ def prompt_tokens_to_load(request: Request, num_computed_tokens: int) -> tuple[i
     return (count, True) if count > 0 else (0, False)
 
 
+def prompt_blocks(num_prompt_tokens: int, block_size: int) -> int:
+    """Blocks that hold a prompt's KV (the last one may be partly filled)."""
+    return -(-num_prompt_tokens // block_size)
+
+
 def make_scheduler_side(config: ConnectorConfig, host: str, dp_rank: int, block_size: int) -> SchedulerSide:
     if config.mode == "pull":
         from ascend_pd.connector.pull_scheduler import PullScheduler

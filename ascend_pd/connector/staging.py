@@ -1,4 +1,7 @@
-"""A registered host buffer for head slices that are strided in the cache (NHD with prefill TP below decode TP)."""
+"""A registered buffer for head slices that are strided in the cache (NHD with prefill TP below decode TP).
+
+It lives where the caches live (NPU memory on Ascend): the layout kernels read and write it on the device, and the
+Transfer Engine moves it like any registered cache region."""
 
 from __future__ import annotations
 
@@ -8,12 +11,13 @@ from ascend_pd.connector.transport import Transport
 
 
 class StagingBuffer:
-    """One per worker; a transfer holds `lock` while it packs, moves and unpacks a chunk of blocks through it."""
+    """One per worker; a transfer holds `lock` while it packs, moves and unpacks a chunk of blocks through it, and
+    waits for the device before it lets the next chunk overwrite the buffer."""
 
-    def __init__(self, nbytes: int, transport: Transport):
+    def __init__(self, nbytes: int, transport: Transport, like):
         import torch
 
-        self.tensor = torch.empty(nbytes, dtype=torch.uint8)
+        self.tensor = torch.empty(nbytes, dtype=torch.uint8, device=like.device)
         self.address = self.tensor.data_ptr()
         self.nbytes = nbytes
         self.lock = threading.Lock()

@@ -11,6 +11,15 @@ from typing import Literal
 logger = logging.getLogger(__name__)
 
 
+# HCCL, under Mooncake's Ascend transport, registers at most this many memory regions per process
+# (docs/vllm-ascend.md, "memory registration"); the other transports have no such limit.
+ASCEND_REGION_LIMIT = 256
+
+
+def region_limit(protocol: str) -> int | None:
+    return ASCEND_REGION_LIMIT if protocol == "ascend" else None
+
+
 class TransferFailed(Exception):
     """The Transfer Engine reported a failed batch (peer gone, bad address, timeout)."""
 
@@ -71,9 +80,15 @@ class Transport:
         self._registered: list[int] = []
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-pd-transfer")
 
-    def register(self, regions: list[tuple[int, int]]) -> int:
-        """Register memory for transfers, merging contiguous regions first; returns how many were registered."""
-        for address, length in merge_regions(regions):
+    def register(self, regions: list[tuple[int, int]], limit: int | None = None) -> int:
+        """Register memory for transfers, merging contiguous regions first; returns how many are registered.
+        With a `limit` (the transport's), refuse before registering anything that would go over it."""
+        merged = merge_regions(regions)
+        if limit is not None and len(self._registered) + len(merged) > limit:
+            raise RuntimeError(f"the KV caches need {len(self._registered) + len(merged)} registered memory regions, "
+                               f"more than the {limit} the transport allows; allocate the caches in fewer tensors "
+                               "(vllm-ascend does) or serve fewer layers per worker (pipeline parallelism)")
+        for address, length in merged:
             status = self._engine.register_memory(address, length)
             if status != 0:
                 raise RuntimeError(f"Mooncake register_memory(0x{address:x}, {length}) returned {status}")

@@ -10,12 +10,13 @@ from typing import Any
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.config import ConnectorConfig
+from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
 from ascend_pd.connector.routes import LayoutMismatch, check_compatible
 from ascend_pd.connector.staging import StagingBuffer
 from ascend_pd.connector.tally import TransferTally
-from ascend_pd.connector.transport import BatchResult, Transport
+from ascend_pd.connector.transport import BatchResult, Transport, region_limit
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,10 @@ class WorkerSide:
         self.stats = TransferTally()
         self.lock = threading.Lock()
         self._peer_meta: dict[tuple[str, int], messages.AgentMetadata] = {}
-        self.jobs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-job")
+        self.device = CacheDevice.host()
+        # Transfer jobs queue layout kernels and wait for them: each thread must work on the caches' device.
+        self.jobs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-job",
+                                       initializer=lambda: self.device.bind_thread())
         # Prefill: requests the scheduler holds for a transfer -> monotonic deadline; and those fully served.
         self.held: dict[str, float] = {}
         self.served: set[str] = set()
@@ -58,14 +62,15 @@ class WorkerSide:
 
     # ---- registration and handshakes ----
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
+        self.device = CacheDevice.of_current_thread()  # vLLM calls this on the worker thread bound to its NPU
         self.planes = cache_planes(kv_caches, self.heads_outer, self.manager_block_size)
         self.block_size = self.planes[0].block_size
         for index, plane in enumerate(self.planes):
             self.layer_planes.setdefault(plane.layer, []).append(index)
         self.transport = Transport(self.host, self.config.protocol)
-        self.transport.register(registration_regions(self.planes))
+        self.transport.register(registration_regions(self.planes), limit=region_limit(self.config.protocol))
         if self.needs_staging():
-            self.staging = StagingBuffer(self._staging_bytes, self.transport)
+            self.staging = StagingBuffer(self._staging_bytes, self.transport, like=self.planes[0].tensor)
         self.metadata = messages.AgentMetadata(
             engine_id=self.config.engine_id, tp_rank=self.tp_rank, tp_size=self.config.local.tp_size,
             session=self.transport.session, block_size=self.block_size, planes=[p.info for p in self.planes])

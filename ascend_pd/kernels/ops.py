@@ -23,14 +23,27 @@ def _host_path(tensor: torch.Tensor):
     return cpu if tensor.device.type == "cpu" else reference
 
 
-def gather_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, head_count: int) -> torch.Tensor:
-    """Pack heads [head_start, head_start + head_count) of the listed blocks: [n, block_size, head_count, head_dim]."""
+def gather_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, head_count: int,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """Pack heads [head_start, head_start + head_count) of the listed blocks: [n, block_size, head_count, head_dim].
+
+    With `out` (for example a view of a registered staging buffer) the packed blocks are written there; on an NPU
+    that is one kernel, ordered on the stream like any other, instead of a kernel and a copy."""
     check_cache(cache, "cache", 4, NHD)
     check_head_range(cache.shape[2], head_start, head_count)
     ids = block_index(block_ids, cache.shape[0], cache.device, unique=False)
+    if out is not None:
+        shape = (ids.numel(), cache.shape[1], head_count, cache.shape[3])
+        if tuple(out.shape) != shape or out.dtype != cache.dtype or not out.is_contiguous():
+            fail("out", f"{tuple(out.shape)} {out.dtype} is not a contiguous {shape} {cache.dtype} tensor",
+                 "pass a contiguous tensor of the packed shape and the cache's dtype, or no out")
     if use_ascendc(cache):
-        return torch.ops.ascend_pd.gather_heads(cache, _npu_ids(ids), head_start, head_count)
-    return _host_path(cache).gather_heads(cache, ids, head_start, head_count)
+        if out is None:
+            return torch.ops.ascend_pd.gather_heads(cache, _npu_ids(ids), head_start, head_count)
+        torch.ops.ascend_pd.gather_heads_into(cache, _npu_ids(ids), head_start, head_count, out)
+        return out
+    packed = _host_path(cache).gather_heads(cache, ids, head_start, head_count)
+    return packed if out is None else out.copy_(packed)
 
 
 def scatter_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, packed: torch.Tensor) -> None:

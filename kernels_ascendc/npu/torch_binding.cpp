@@ -54,17 +54,30 @@ void Enqueue(const char* name, Launch launch)
     cmd.Run();
 }
 
+// Packs into `packed` (a new tensor, or the caller's registered staging buffer for gather_heads_into).
+void GatherHeadsInto(const at::Tensor& cache, const at::Tensor& ids, int64_t headStart, int64_t headCount,
+                     const at::Tensor& packed)
+{
+    CheckKv(cache, "cache", 4);
+    CheckKv(packed, "out", 4);
+    CheckIds(ids);
+    TORCH_CHECK(packed.size(0) == ids.size(0) && packed.size(1) == cache.size(1) && packed.size(2) == headCount &&
+                packed.size(3) == cache.size(3) && packed.scalar_type() == cache.scalar_type(),
+                "out must be [n, block_size, head_count, head_dim] of the cache's dtype");
+    const uint32_t e = cache.element_size();
+    KvTiling t = kv::PlanGatherHeads(cache.size(0), cache.size(1), cache.size(2), cache.size(3), e, ids.size(0),
+                                     headStart, headCount, DeviceBudget());
+    Enqueue("ascend_pd_gather_heads", [=](void* stream) {
+        kv::LaunchGatherHeads(t, e, stream, Bytes(cache), Bytes(ids), Bytes(packed));
+    });
+}
+
 at::Tensor GatherHeads(const at::Tensor& cache, const at::Tensor& ids, int64_t headStart, int64_t headCount)
 {
     CheckKv(cache, "cache", 4);
     CheckIds(ids);
-    const uint32_t e = cache.element_size();
-    KvTiling t = kv::PlanGatherHeads(cache.size(0), cache.size(1), cache.size(2), cache.size(3), e, ids.size(0),
-                                     headStart, headCount, DeviceBudget());
     at::Tensor packed = at::empty({ids.size(0), cache.size(1), headCount, cache.size(3)}, cache.options());
-    Enqueue("ascend_pd_gather_heads", [=](void* stream) {
-        kv::LaunchGatherHeads(t, e, stream, Bytes(cache), Bytes(ids), Bytes(packed));
-    });
+    GatherHeadsInto(cache, ids, headStart, headCount, packed);
     return packed;
 }
 
@@ -160,6 +173,7 @@ at::Tensor NzToNd(const at::Tensor& nz, const at::Tensor& ids, int64_t headDim)
 TORCH_LIBRARY(ascend_pd, m)
 {
     m.def("gather_heads(Tensor cache, Tensor block_ids, int head_start, int head_count) -> Tensor");
+    m.def("gather_heads_into(Tensor cache, Tensor block_ids, int head_start, int head_count, Tensor(a!) out) -> ()");
     m.def("scatter_heads(Tensor(a!) cache, Tensor block_ids, int head_start, Tensor packed) -> ()");
     m.def("block_transpose(Tensor(a!) cache, Tensor block_ids, int split) -> ()");
     m.def("mla_split(Tensor fused, Tensor block_ids, int rope_dim) -> (Tensor, Tensor)");
@@ -171,6 +185,7 @@ TORCH_LIBRARY(ascend_pd, m)
 TORCH_LIBRARY_IMPL(ascend_pd, PrivateUse1, m)
 {
     m.impl("gather_heads", &GatherHeads);
+    m.impl("gather_heads_into", &GatherHeadsInto);
     m.impl("scatter_heads", &ScatterHeads);
     m.impl("block_transpose", &BlockTranspose);
     m.impl("mla_split", &MlaSplit);

@@ -9,8 +9,11 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 
 from ascend_pd.connector.config import parse_config
 from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend, RemotePeer
@@ -19,16 +22,42 @@ from ascend_pd.connector.push_worker import PushWorker
 from kv_data import global_planes, layer_name, shard
 
 
+def prompt_kv(spec: dict, layer: int) -> list[torch.Tensor]:
+    """This rank's head shard of the global test data for one layer."""
+    return [shard(plane, spec, spec["tp_rank"], spec["tp_size"]) for plane in global_planes(spec, layer)]
+
+
 def build_caches(spec: dict, filled: bool) -> dict[str, tuple[torch.Tensor, ...]]:
-    """This rank's caches: its head shard of the global test data (prefill), or a sentinel (decode)."""
+    """This rank's caches: the prompt's KV (prefill), or a sentinel (decode, and prefill on the NPU twin, whose
+    model writes each layer's KV as it computes it)."""
     caches = {}
     for layer in range(spec["layers"]):
-        planes = []
-        for plane in global_planes(spec, layer):
-            part = shard(plane, spec, spec["tp_rank"], spec["tp_size"])
-            planes.append(part.clone() if filled else torch.full_like(part, -7))
+        planes = [part.clone() if filled else torch.full_like(part, -7) for part in prompt_kv(spec, layer)]
         caches[layer_name(layer)] = tuple(planes)
     return caches
+
+
+def use_npu_twin(spec: dict, caches) -> None:
+    """Run on the NPU twin as a vLLM worker on device `npu_device` would: device selected on this (the model's)
+    thread, caches in that device's memory."""
+    import torch_npu_twin
+
+    torch_npu_twin.install()
+    torch.npu.set_device(spec["npu_device"])
+    for planes in caches.values():
+        for plane in planes:
+            torch_npu_twin.place(plane, spec["npu_device"])
+
+
+def compute_layer(spec: dict, caches, layer: int) -> None:
+    """The model's forward pass writes a layer's KV into the cache; on the twin that write is a queued device op."""
+    planes = caches[layer_name(layer)]
+    if "npu_device" not in spec:
+        return
+    import torch_npu_twin
+
+    for plane, kv in zip(planes, prompt_kv(spec, layer)):
+        torch_npu_twin.launch(lambda plane=plane, kv=kv: plane.copy_(kv), plane)
 
 
 def make_worker(spec: dict):
@@ -44,13 +73,16 @@ def make_worker(spec: dict):
                         staging_bytes=spec.get("staging_bytes", 1 << 20))
 
 
-def wait_for(worker, request_id: str, which: int, timeout_s: float, metadata=None) -> float:
-    """Step like vLLM until get_finished reports request_id; returns the seconds it took (inf if never)."""
+def wait_for(worker, request_id: str, which: int, timeout_s: float, metadata=None, on_finished=None) -> float:
+    """Step like vLLM until get_finished reports request_id; returns the seconds it took (inf if never).
+    `on_finished` runs at once when it is reported, before anything else can wait for the device."""
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         if metadata is not None:
             worker.on_metadata(metadata)
         if request_id in worker.get_finished()[which]:
+            if on_finished is not None:
+                on_finished()
             return time.monotonic() - started
         time.sleep(0.01)
     return float("inf")
@@ -71,6 +103,7 @@ def prefill(spec: dict, worker, caches) -> dict:
         if layer == spec.get("die_at_layer"):
             os._exit(1)  # the prefill process dies in the middle of the forward pass
         time.sleep(spec.get("layer_compute_s", 0))
+        compute_layer(spec, caches, layer)
         worker.save_kv_layer(layer_name(layer), step)
         layer_times.append(time.monotonic())
     worker.wait_for_save(step)
@@ -78,7 +111,7 @@ def prefill(spec: dict, worker, caches) -> dict:
     return {"released_after_s": wait_for(worker, request["id"], 0, spec["wait_s"]), "layer_times": layer_times}
 
 
-def decode(spec: dict, worker) -> dict:
+def decode(spec: dict, worker, caches) -> dict:
     request = spec["request"]
     time.sleep(spec.get("decode_start_delay_s", 0))
     peer = RemotePeer(spec["p_engine_id"], "127.0.0.1", spec["p_kv_port"], spec["p_tp"])
@@ -93,23 +126,29 @@ def decode(spec: dict, worker) -> dict:
     if not request["dst_blocks"]:  # aborted before allocation: nothing to wait for, P only hears it may free
         time.sleep(2)
         return {"received_after_s": None, "failed_blocks": sorted(worker.take_failed_blocks())}
-    seconds = wait_for(worker, request["id"], 1, spec["wait_s"])
-    return {"received_after_s": seconds, "received_at": announced + seconds,
+    # What vLLM's next forward pass would find in the cache, taken the moment the request is reported received.
+    seen = {}
+    seconds = wait_for(worker, request["id"], 1, spec["wait_s"], on_finished=lambda: seen.update(
+        {layer: tuple(plane.clone() for plane in planes) for layer, planes in caches.items()}))
+    return {"received_after_s": seconds, "received_at": announced + seconds, "caches": seen,
             "failed_blocks": sorted(worker.take_failed_blocks())}
 
 
 def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
     worker = make_worker(spec)
-    caches = build_caches(spec, filled=spec["role"] == "prefill")
+    push_prefill = spec["role"] == "prefill" and spec["mode"] == "push"
+    caches = build_caches(spec, filled=spec["role"] == "prefill" and not (push_prefill and "npu_device" in spec))
+    if "npu_device" in spec:
+        use_npu_twin(spec, caches)
     worker.register_kv_caches(caches)
     print("ready", flush=True)
     if spec.get("die_after_ready"):
         os._exit(1)
-    result = prefill(spec, worker, caches) if spec["role"] == "prefill" else decode(spec, worker)
+    result = prefill(spec, worker, caches) if spec["role"] == "prefill" else decode(spec, worker, caches)
     stats = worker.take_stats()
     result["stats"] = stats.data if stats else None
-    result["caches"] = caches
+    result.setdefault("caches", caches)
     worker.shutdown()
     torch.save(result, spec["out"])
 

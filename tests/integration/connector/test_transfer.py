@@ -44,6 +44,21 @@ def test_decode_cache_equals_the_prefill_head_shards(tmp_path, mode, case):
     assert_prefill_released(prefill_results)
 
 
+@pytest.mark.parametrize("mode", ["pull", "push"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_on_the_npu_twin_decode_holds_the_prompt_kv_the_moment_it_reports_it_received(tmp_path, mode, case):
+    """Device work is asynchronous and per thread (tests/fakes/torch_npu_twin.py): P's model writes each layer's KV
+    as a queued op, and D's cache is read the moment the request is reported, with nothing synchronized. Device 1,
+    so a thread that never selected the device works on the wrong one. The staging buffer holds one block, so
+    strided head slices take several chunks through it."""
+    one_block = 16 * 4 * 64 * 2
+    prefill, decode = specs(tmp_path, mode=mode, **CASES[case],
+                            common={"npu_device": 1, "staging_bytes": one_block})
+    prefill_results, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    assert_prefill_released(prefill_results)
+
+
 @pytest.mark.parametrize("p_tp,d_tp", [(2, 1), (1, 2)])
 def test_heads_outer_layout_moves_head_slices_directly(tmp_path, p_tp, d_tp):
     prefill, decode = specs(tmp_path, mode="pull", p_tp=p_tp, d_tp=d_tp, num_kv_heads=4,
@@ -84,6 +99,19 @@ def test_dead_prefill_peer_becomes_a_load_error_not_a_hang(tmp_path):
     (result,) = decode_results
     assert result["received_after_s"] < 20
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tmp_path, mode):
+    """Stale or corrupted kv_transfer_params name a block the peer does not have (the caches hold 12)."""
+    key = "src_blocks" if mode == "pull" else "dst_blocks"
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, common={"push_timeout_s": 30},
+                            **{key: (3, 4, 5, 9, 40)})
+    prefill_results, (result,) = run(tmp_path, prefill, decode)
+    assert result["received_after_s"] < 20
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+    assert "outside its 12-block cache" in log_of(tmp_path, decode[0])
+    assert_prefill_released(prefill_results)
 
 
 def test_prefill_dying_mid_push_becomes_a_load_error_after_the_push_timeout(tmp_path):

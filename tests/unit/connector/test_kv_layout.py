@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ascend_pd.connector.kv_layout import cache_planes, registration_regions
+from ascend_pd.connector.transport import merge_regions
 
 
 def test_a_stacked_kv_tensor_gives_a_k_and_a_v_plane():
@@ -41,10 +42,28 @@ def test_layers_with_different_block_sizes_are_refused():
         cache_planes({"a": torch.zeros(4, 16, 1, 8), "b": torch.zeros(4, 32, 1, 8)})
 
 
-def test_registration_covers_each_whole_allocation():
+def test_registration_covers_each_whole_allocation_once():
     cache = torch.zeros(2, 10, 16, 4, 64, dtype=torch.bfloat16)
-    regions = registration_regions(cache_planes({"l0": cache}))
-    assert sum(length for _, length in regions) == cache.numel() * 2
+    regions = merge_regions(registration_regions(cache_planes({"l0": cache})))
+    assert regions == [(cache.data_ptr(), cache.numel() * 2)]
+
+
+def test_padded_separate_k_and_v_allocations_are_registered_whole_one_region_each():
+    """vllm-ascend allocates K and V of a layer apart, each in a buffer padded for 2 MiB alignment, and views the
+    cache inside it: the padding belongs to the allocation and is registered with it, not as a region of its own."""
+    align = 2 << 20
+    buffers, caches = [], {}
+    for layer in range(3):
+        planes = []
+        for _ in range(2):
+            raw = torch.zeros(10 * 16 * 4 * 64 * 2 + align, dtype=torch.uint8)
+            offset = -raw.data_ptr() % align
+            planes.append(raw[offset:offset + 10 * 16 * 4 * 64 * 2].view(torch.bfloat16).view(10, 16, 4, 64))
+            buffers.append(raw)
+        caches[f"l{layer}"] = tuple(planes)
+    regions = merge_regions(registration_regions(cache_planes(caches)))
+    assert sorted(regions) == sorted(merge_regions([(raw.data_ptr(), raw.numel()) for raw in buffers]))
+    assert all(start % align == 0 for start, _ in [(p.data_ptr(), 0) for planes in caches.values() for p in planes])
 
 
 def test_kernel_blocks_smaller_than_the_managers_blocks_are_grouped_so_block_ids_mean_manager_blocks():

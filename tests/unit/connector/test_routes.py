@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ascend_pd.connector.messages import PlaneInfo
-from ascend_pd.connector.routes import LayoutMismatch, check_compatible, direct_copies, route, transpose_split
+from ascend_pd.connector.routes import (LayoutMismatch, check_block_ids, check_compatible, direct_copies, route,
+                                       transpose_split)
 from ascend_pd.kernels.tp_mapping import plan_tp_transfer
 
 HEAD_BYTES = 16 * 64 * 2  # one head of one block: 16 tokens x 64 dims x 2 bytes = 2048
@@ -64,3 +65,10 @@ def test_different_head_sizes_are_refused():
                       heads_outer=False)
     with pytest.raises(LayoutMismatch, match="bytes per head"):
         check_compatible([plane(2)], [other], 16, 16)
+
+
+def test_a_block_id_outside_the_peers_cache_is_refused_before_anything_moves():
+    check_block_ids([0, 7], [plane(2), plane(2)], "prefill p0")
+    for bad in ([0, 8], [-1]):
+        with pytest.raises(LayoutMismatch, match="outside its 8-block cache"):
+            check_block_ids(bad, [plane(2)], "prefill p0")

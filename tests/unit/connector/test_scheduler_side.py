@@ -52,11 +52,13 @@ def test_pull_decode_recomputes_the_prompt_when_the_read_failed(model_dir):
     assert out.num_scheduled_tokens == {"d-req": PROMPT}
 
 
-def test_pull_decode_reads_only_the_blocks_it_has_room_for_aligned_at_the_tail(model_dir):
+def test_pull_decode_reads_the_prompt_blocks_in_order_when_prefill_also_sent_a_lookahead_block(model_dir):
+    """A prefill with a draft model holds a lookahead block after the prompt's; block i of the prompt on D must
+    come from block i on P, not be shifted by the extra block."""
     sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
     sched.add_request(request("d-req", PROMPT, pull_params(remote_blocks=(9, 10, 11, 12))))
     (recv,) = sched.schedule().kv_connector_metadata.pull_recv
-    assert recv.remote_block_ids == [10, 11, 12]
+    assert recv.remote_block_ids == [9, 10, 11] and len(recv.local_block_ids) == 3
 
 
 def test_pull_decode_aborted_before_allocation_still_tells_prefill_to_free(model_dir):
@@ -87,6 +89,24 @@ def test_pull_prefill_keeps_the_blocks_and_returns_their_coordinates(model_dir):
     assert out.kv_connector_metadata.held == {"p-req": 30}
     sched.update_from_output(out, runner_output(out, finished_sending={"p-req"}))
     assert free_blocks(sched) == free_at_start
+
+
+def with_draft_lookahead(sched, tokens: int = 1):
+    """What a draft model (deepseek_mtp, one speculative token) changes in the scheduler: every allocation reserves
+    `tokens` lookahead slots past the scheduled ones (VllmConfig.num_lookahead_tokens)."""
+    sched.num_lookahead_tokens = tokens
+    return sched
+
+
+def test_pull_prefill_with_a_draft_model_returns_only_the_prompts_blocks(model_dir):
+    prompt = 48  # three full blocks: the lookahead slot needs a fourth
+    sched = with_draft_lookahead(scheduler(vllm_config(model_dir, role="kv_producer", mode="pull")))
+    sched.add_request(request("p-req", prompt, {"do_remote_decode": True}))
+    out = sched.schedule()
+    blocks = list(out.scheduled_new_reqs[0].block_ids[0])
+    assert len(blocks) == 4
+    (finished,) = sched.update_from_output(out, runner_output(out))[0].outputs
+    assert finished.kv_transfer_params["remote_block_ids"] == blocks[:3]
 
 
 def test_pull_prefill_aborted_request_frees_its_blocks_at_once(model_dir):
