@@ -13,7 +13,8 @@ import msgspec
 from ascend_pd import kernels
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
-from ascend_pd.connector.routes import LayoutMismatch, check_compatible, direct_copies, route, transpose_split
+from ascend_pd.connector.routes import (LayoutMismatch, check_block_ids, check_compatible, direct_copies, route,
+                                       transpose_split)
 from ascend_pd.connector.transport import Span
 from ascend_pd.connector.worker import WorkerSide
 
@@ -144,6 +145,7 @@ class PushWorker(WorkerSide):
         if message.block_ids:
             try:
                 check_compatible(self.metadata.planes, message.dst.planes, self.block_size, message.dst.block_size)
+                check_block_ids(message.block_ids, message.dst.planes, f"decode rank {message.dst.tp_rank}")
             except LayoutMismatch as error:
                 # Nothing will be written to this rank: keep it as an empty target so P frees its blocks at once.
                 refusal = messages.Refused(reason=str(error))
