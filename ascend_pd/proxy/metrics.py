@@ -61,6 +61,10 @@ class ProxyMetrics:
                                         ["role", "backend"], registry=r)
         self.retries = Counter("ascend_pd_proxy_retries", "retries: 'prefill' on another P, 'pair' re-prefill",
                                ["kind"], registry=r)
+        self.prefill_without_kv = Counter("ascend_pd_proxy_prefill_without_kv_params",
+                                          "pull: P answers without kv_transfer_params, by what the proxy did: "
+                                          "'answered' (P's answer was the whole answer), 'recomputed' (D "
+                                          "computed the prompt itself)", ["outcome"], registry=r)
         self.stream_errors = Counter("ascend_pd_proxy_stream_errors",
                                      "streams that failed after the first byte (sent as an SSE error event)",
                                      registry=r)

@@ -1,8 +1,11 @@
-"""OpenAI request bodies: the prompt text they carry, and the rewrites that send them to P and to D."""
+"""OpenAI bodies: the prompt text a request carries, the rewrites that send it to P and to D, and P's answer
+turned into the client's when P already had the whole answer."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import msgspec
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -26,11 +29,15 @@ def _content_text(content: Any) -> str:
 
 
 def prefill_body(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dict[str, Any]:
-    """What P gets: one output token, no streaming, no streaming options and no minimum length, one choice."""
+    """What P gets: exactly one output token, no streaming, no streaming options, one choice.
+
+    vLLM's connectors hand out kv_transfer_params only for a prefill that ended length-capped. `min_tokens: 1`
+    holds back EOS and stop tokens (and stop strings) for that one token, so P cannot end "stopped" on a prompt
+    whose first token would be EOS. The client's own min_tokens and ignore_eos are for D."""
     prefill = dict(body)
     prefill["stream"] = False
     prefill.pop("stream_options", None)  # a stream option without stream:true is a 400 on vLLM
-    prefill.pop("min_tokens", None)
+    prefill["min_tokens"] = 1
     prefill["max_tokens"] = 1
     if "max_completion_tokens" in prefill:
         prefill["max_completion_tokens"] = 1
@@ -48,3 +55,30 @@ def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dic
 
 def is_streaming(body: dict[str, Any]) -> bool:
     return bool(body.get("stream", False))
+
+
+def is_whole_answer(body: dict[str, Any], prefill_answer: dict[str, Any]) -> bool:
+    """Whether P's one-token answer is all the client asked for: its only choice stopped (EOS, a stop token or a
+    stop string), the client wants one choice, and the client set no min_tokens that this stop would break."""
+    choices = prefill_answer.get("choices")
+    return (isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict)
+            and choices[0].get("finish_reason") == "stop" and (body.get("n") or 1) == 1
+            and not body.get("min_tokens"))
+
+
+def client_answer(body: dict[str, Any], prefill_answer: dict[str, Any]) -> bytes:
+    """A whole answer of P (see is_whole_answer) as the client asked for it: the JSON body, or a stream of one
+    chunk with the whole choice (plus the usage chunk if asked for) and [DONE]."""
+    answer = {key: value for key, value in prefill_answer.items() if key != "kv_transfer_params"}
+    if not is_streaming(body):
+        return msgspec.json.encode(answer)
+    choice = dict(answer["choices"][0])
+    chat = "message" in choice
+    if chat:  # the whole message is one delta
+        choice["delta"] = {key: value for key, value in (choice.pop("message") or {}).items() if value is not None}
+    head = {"id": answer.get("id"), "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": answer.get("created"), "model": answer.get("model")}
+    events = [{**head, "choices": [choice]}]
+    if (body.get("stream_options") or {}).get("include_usage") and "usage" in answer:
+        events.append({**head, "choices": [], "usage": answer["usage"]})
+    return b"".join(b"data: " + msgspec.json.encode(event) + b"\n\n" for event in events) + b"data: [DONE]\n\n"

@@ -24,7 +24,10 @@ async def relay(request: web.Request, opened: Opened, metrics: ProxyMetrics) -> 
             return web.Response(body=opened.first, content_type="application/json")
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
-        await _relay_stream(response, opened, metrics)
+        if opened.response is None:  # the whole stream is already here
+            await response.write_eof(opened.first)
+        else:
+            await _relay_stream(response, opened, metrics)
         return response
     finally:
         opened.close()

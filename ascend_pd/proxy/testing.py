@@ -6,11 +6,17 @@ once, i.e. replayed handoffs (vLLM would then answer 200 with output from the wr
 decodes an empty prompt). Blocks lost because P was killed and restarted in between are a failed transfer instead
 (D answers 500, counted in `lost_kv_reads`), as a real transfer to a restarted P fails.
 Output tokens are a pure function of the prompt, so any proxied answer can be checked against a direct one.
+
+Like vLLM, a request ends "length" at its output cap or "stop" at EOS, and a fake P returns kv_transfer_params
+only when it ended length-capped (as vLLM's pull connectors do). A prompt listed in `Behaviour.eos_first` has EOS as
+its first token: it ends "stop" with no text unless `min_tokens` >= 1 or `ignore_eos` holds EOS back, in which case
+its tokens are the usual ones. Pushed KV (push, layerwise) is written during the prefill, however P ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import random
 import socket
@@ -61,6 +67,8 @@ class Behaviour:
     token_delay: float = 0.0  # seconds between two output tokens
     fail_rate: float = 0.0  # fraction of completion requests answered with a 500 at once
     queue_delay: float = 0.0  # seconds a D request waits for free blocks before it fetches its KV
+    eos_first: frozenset[str] = frozenset()  # prompts (their prompt_text) whose first output token is EOS
+    honours_min_tokens: bool = True  # False: an engine that lets EOS end a request before min_tokens
 
 
 class FakeEngine:
@@ -81,6 +89,7 @@ class FakeEngine:
         self._read: OrderedDict[str, None] = OrderedDict()  # pull: handles D has read, kept across restarts
         self._arrivals: OrderedDict[str, asyncio.Future] = OrderedDict()  # push: transfer key -> KV arriving
         self.received: list[dict[str, Any]] = []  # completion request bodies, in arrival order
+        self.finish_reasons: collections.Counter[str] = collections.Counter()  # of the answers sent
         self.cancelled = 0  # completion requests whose client (the proxy) went away before the end
         self.active = 0
         self.stale_reads = 0
@@ -179,12 +188,13 @@ class FakeEngine:
         return await self._generate(request, body, prompt)
 
     def _prefill(self, request, body, params, prompt) -> dict[str, Any]:
-        answer = self._completion(body, fake_tokens(prompt, 1), "length")
+        answer = self._completion(body, *self._output(body, prompt))
         if "transfer_id" in params:  # push: the KV is written to D through this engine's side channel
             self._arrival(params["transfer_id"]).set_result(prompt)
         elif "remote_block_ids" in params:  # layerwise: D said where its blocks are; write them there
             asyncio.ensure_future(self._push_to(params, prompt))
-        elif not self._omit_kv_params:  # pull: hold the KV until D reads it
+        elif answer["choices"][0]["finish_reason"] == "length" and not self._omit_kv_params:
+            # pull, and P ended length-capped: hold the KV until D reads it
             handle = f"{self.port}-{next(self._handles)}"
             self._held[handle] = prompt
             answer["kv_transfer_params"] = {"do_remote_prefill": True, "do_remote_decode": False,
@@ -285,21 +295,33 @@ class FakeEngine:
         return self._arrivals[key]
 
     # --- output -----------------------------------------------------------------------------------------------
-    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: str) -> web.StreamResponse:
+    def _output(self, body: dict[str, Any], prompt: str) -> tuple[list[str], str]:
+        """The visible tokens and the finish reason. vLLM holds EOS back until min_tokens tokens exist (and
+        always with ignore_eos), so an EOS-first prompt then gets a real first token and runs to its cap."""
+        eos_held_back = body.get("ignore_eos") or (self.behaviour.honours_min_tokens and body.get("min_tokens"))
+        if prompt in self.behaviour.eos_first and not eos_held_back:
+            return [], "stop"
         count = body.get("max_completion_tokens") or body.get("max_tokens") or 16
-        tokens = fake_tokens(prompt, count)
+        return fake_tokens(prompt, count), "length"
+
+    async def _generate(self, request: web.Request, body: dict[str, Any], prompt: str) -> web.StreamResponse:
+        tokens, finish = self._output(body, prompt)
         if not body.get("stream"):
-            await asyncio.sleep(self.behaviour.token_delay * count)
-            return web.json_response(self._completion(body, tokens, "length"))
+            await asyncio.sleep(self.behaviour.token_delay * len(tokens))
+            return web.json_response(self._completion(body, tokens, finish))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         break_after, self._break_after = self._break_after, None
-        for index, token in enumerate(tokens):
+        texts = tokens or [""]  # a stop at EOS still sends one chunk, with its finish reason
+        for index, token in enumerate(texts):
             if break_after is not None and index == break_after:
                 request.transport.close()
                 return response
-            finish = "length" if index == len(tokens) - 1 else None
-            await response.write(b"data: " + msgspec.json.encode(self._chunk(body, token, finish)) + b"\n\n")
+            last = index == len(texts) - 1
+            if last:
+                self.finish_reasons[finish] += 1
+            chunk = self._chunk(body, token, finish if last else None)
+            await response.write(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
             if self.behaviour.token_delay:
                 await asyncio.sleep(self.behaviour.token_delay)
         await response.write(b"data: [DONE]\n\n")
@@ -307,8 +329,10 @@ class FakeEngine:
         return response
 
     def _completion(self, body, tokens: list[str], finish: str) -> dict[str, Any]:
+        self.finish_reasons[finish] += 1
         text = "".join(tokens)
-        usage = {"prompt_tokens": len(prompt_text(body).split()), "completion_tokens": len(tokens)}
+        # an EOS is an output token too, with no text
+        usage = {"prompt_tokens": len(prompt_text(body).split()), "completion_tokens": len(tokens) + (finish == "stop")}
         if "messages" in body:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
             return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),

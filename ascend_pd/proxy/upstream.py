@@ -28,9 +28,10 @@ def make_session(timeouts: Timeouts) -> aiohttp.ClientSession:
 @dataclass
 class Opened:
     """A backend answer that has started well: status 200 and a first chunk (the whole body when not streaming).
-    The leases are released and the connection closed or returned when the relay is done with it."""
+    The leases are released and the connection closed or returned when the relay is done with it. With no
+    response, `first` is a whole answer already read (P's, when P had all of it)."""
 
-    response: aiohttp.ClientResponse
+    response: aiohttp.ClientResponse | None
     first: bytes
     streaming: bool
     leases: list[Lease]
@@ -39,6 +40,8 @@ class Opened:
         """Release the leases; return a fully read connection to the pool, close (abort) any other."""
         for lease in self.leases:
             lease.release()
+        if self.response is None:
+            return
         if self.response.content.at_eof():
             self.response.release()
         else:

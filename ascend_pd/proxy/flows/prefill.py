@@ -12,18 +12,15 @@ from ascend_pd.proxy.openai_body import prefill_body
 from ascend_pd.proxy.upstream import post_json
 
 
-async def call_prefill(ctx: RequestContext, env: FlowEnv, backend: Backend, kv_transfer_params: dict[str, Any],
-                       expect_kv_params: bool = False) -> dict[str, Any]:
-    """P's answer. With `expect_kv_params`, an answer without kv_transfer_params is a failure: D would
-    otherwise silently recompute the whole prompt."""
+async def call_prefill(ctx: RequestContext, env: FlowEnv, backend: Backend,
+                       kv_transfer_params: dict[str, Any]) -> dict[str, Any]:
+    """P's answer: any 200 with a JSON object, with or without kv_transfer_params (what to do without them is
+    the flow's choice, not a fault of P)."""
     lease = backend.lease(ctx.route.tokens)
     started = time.perf_counter()
     try:
         answer = await post_json(env.session, backend, ctx.path, prefill_body(ctx.body, kv_transfer_params),
                                  ctx.headers)
-        if expect_kv_params and not isinstance(answer.get("kv_transfer_params"), dict):
-            backend.breaker.record_failure()
-            raise UpstreamFailure(backend.url, "answered without kv_transfer_params (is it a kv_producer?)")
     except UpstreamFailure as failure:
         env.failed(backend, ctx, failure)
         raise
@@ -33,9 +30,10 @@ async def call_prefill(ctx: RequestContext, env: FlowEnv, backend: Backend, kv_t
     return answer
 
 
-async def prefill_on_any(ctx: RequestContext, env: FlowEnv, kv_transfer_params: dict[str, Any],
-                         expect_kv_params: bool = False) -> dict[str, Any]:
-    """Try up to `prefill_attempts` different P; a refused request (4xx) is not retried."""
+async def prefill_on_any(ctx: RequestContext, env: FlowEnv,
+                         kv_transfer_params: dict[str, Any]) -> tuple[Backend, dict[str, Any]]:
+    """The P that answered, and its answer. Tries up to `prefill_attempts` different P; a refused request (4xx)
+    is not retried."""
     last: UpstreamFailure | None = None
     for _ in range(env.settings.prefill_attempts):
         try:
@@ -47,7 +45,7 @@ async def prefill_on_any(ctx: RequestContext, env: FlowEnv, kv_transfer_params: 
         if last is not None:
             env.metrics.retries.labels("prefill").inc()
         try:
-            return await call_prefill(ctx, env, backend, kv_transfer_params, expect_kv_params)
+            return backend, await call_prefill(ctx, env, backend, kv_transfer_params)
         except UpstreamFailure as failure:
             if not failure.is_backend_fault:
                 raise

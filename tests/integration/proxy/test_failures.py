@@ -29,13 +29,24 @@ async def test_failed_prefill_is_retried_on_another_prefill(rig):
     assert 'ascend_pd_proxy_retries_total{kind="prefill"} 1.0' in await rig.metrics()
 
 
-async def test_prefill_answer_without_kv_params_is_an_error_not_a_silent_recompute(rig):
-    await rig.start(prefills=1)
-    rig.prefills[0].omit_kv_params_next()
-    status, body = await rig.post(BODY)
-    assert status == 502
-    assert b"kv_transfer_params" in body
-    assert rig.decodes[0].received == []
+async def test_prefill_answer_without_kv_params_is_no_failure_and_decode_computes_the_prompt(rig, caplog):
+    """A 200 without kv_transfer_params (a P that is no kv_producer, an older vLLM) is not retried and opens no
+    breaker: D computes the prompt itself, and the proxy says so in its log and metrics."""
+    await rig.start(prefills=2, breaker_failures=1)
+    for prefill in rig.prefills:
+        prefill.omit_kv_params_next()
+    status, proxied = await rig.post(BODY)
+    assert status == 200
+    assert served_by(rig.prefills[0]) + served_by(rig.prefills[1]) == 1
+    assert "kv_transfer_params" not in rig.decodes[0].received[0] and rig.decodes[0].recomputes == 1
+    _, direct = await rig.post(BODY, base=rig.decodes[0].url)
+    assert msgspec.json.decode(proxied)["choices"] == msgspec.json.decode(direct)["choices"]
+    assert all(b.breaker.state == "closed" for b in rig.proxy.pool.all())
+    metrics = await rig.metrics()
+    assert 'ascend_pd_proxy_prefill_without_kv_params_total{outcome="recomputed"} 1.0' in metrics
+    assert "ascend_pd_proxy_retries_total{" not in metrics
+    assert any("without kv_transfer_params" in r.message and "computes the prompt" in r.message
+               for r in caplog.records if r.levelname == "WARNING")
 
 
 async def test_when_prefill_fails_decode_is_never_called(rig):

@@ -52,7 +52,7 @@ async def test_pull_prefill_gets_one_token_no_stream_and_decode_gets_prefills_pa
     to_prefill = rig.prefills[0].received[0]
     assert to_prefill["stream"] is False
     assert to_prefill["max_tokens"] == 1 and to_prefill["max_completion_tokens"] == 1
-    assert "stream_options" not in to_prefill and "min_tokens" not in to_prefill
+    assert "stream_options" not in to_prefill and to_prefill["min_tokens"] == 1
     assert to_prefill["kv_transfer_params"] == {"do_remote_decode": True}
     to_decode = rig.decodes[0].received[0]
     assert to_decode["kv_transfer_params"]["remote_host"] == rig.prefills[0].host
