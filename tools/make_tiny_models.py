@@ -1,6 +1,7 @@
-"""Build the tiny CPU test models offline: a Llama-style GQA model and a DeepSeek-V2-style MLA + MoE model.
+"""Build the tiny CPU test models offline: a Llama-style GQA model, a DeepSeek-V2-style MLA + MoE model, and the
+same MLA model as DeepSeek-V3 with one MTP (draft) layer.
 
-Usage: python tools/make_tiny_models.py DIR   -> DIR/tiny-llama-gqa, DIR/tiny-deepseek-mla
+Usage: python tools/make_tiny_models.py DIR   -> DIR/tiny-llama-gqa, DIR/tiny-deepseek-mla, DIR/tiny-deepseek-mtp
 
 Weights are random with a fixed seed, the tokenizer is a byte-level BPE trained here on generated text, so nothing
 is downloaded. The shapes match the `tiny-llama-gqa` and `tiny-deepseek-mla` entries of the model catalog.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 from pathlib import Path
 
 VOCAB_SIZE = 512
@@ -86,15 +88,55 @@ def make_mla(out: Path, tokenizer) -> None:
     _save(DeepseekV2ForCausalLM(config), tokenizer, out)
 
 
+def make_mtp(out: Path, mla: Path, tokenizer) -> None:
+    """tiny-deepseek-mla plus one MTP layer at index num_hidden_layers, laid out as DeepSeek-V3 checkpoints are
+    (enorm, hnorm, eh_proj, shared_head and a full MLA + MoE decoder layer), so vLLM serves it with
+    --speculative-config deepseek_mtp and the draft layer owns a KV cache of its own."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    config = json.loads((mla / "config.json").read_text())
+    layers, hidden, vocab = config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]
+    weights = load_file(str(mla / "model.safetensors"))
+    # The draft's decoder layer: layer 1 (a MoE layer) of a 2-layer model of the same shapes. save_pretrained
+    # writes one tensor per expert, the names vLLM's DeepSeek-MTP loader expects.
+    torch.manual_seed(SEED + 1)
+    block_config = DeepseekV2Config(**{k: v for k, v in config.items()
+                                       if k not in ("architectures", "model_type", "transformers_version", "dtype")})
+    block_config.num_hidden_layers = 2
+    _save(DeepseekV2ForCausalLM(block_config), tokenizer, out / "block")
+    for key, tensor in load_file(str(out / "block" / "model.safetensors")).items():
+        if key.startswith("model.layers.1."):
+            weights[key.replace("model.layers.1.", f"model.layers.{layers}.")] = tensor.contiguous()
+    shutil.rmtree(out / "block")
+    generator = torch.Generator().manual_seed(SEED + 2)
+    draft = f"model.layers.{layers}."
+    for name in ("enorm", "hnorm", "shared_head.norm"):
+        weights[f"{draft}{name}.weight"] = torch.ones(hidden, dtype=torch.bfloat16)
+    weights[f"{draft}eh_proj.weight"] = (torch.randn(hidden, 2 * hidden, generator=generator) * 0.25).bfloat16()
+    weights[f"{draft}shared_head.head.weight"] = (torch.randn(vocab, hidden, generator=generator) * 0.25).bfloat16()
+    weights[f"{draft}embed_tokens.weight"] = weights["model.embed_tokens.weight"].clone()
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config.update(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], num_nextn_predict_layers=1)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    for path in mla.iterdir():
+        if path.is_file() and path.name not in ("config.json", "model.safetensors"):
+            shutil.copy(path, out / path.name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dir", type=Path, help="where to write tiny-llama-gqa/ and tiny-deepseek-mla/")
+    parser.add_argument("dir", type=Path, help="where to write tiny-llama-gqa/, tiny-deepseek-mla/, tiny-deepseek-mtp/")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     tokenizer = make_tokenizer(args.dir / "tokenizer")
     make_gqa(args.dir / "tiny-llama-gqa", tokenizer)
     make_mla(args.dir / "tiny-deepseek-mla", tokenizer)
-    for name in ("tiny-llama-gqa", "tiny-deepseek-mla"):
+    make_mtp(args.dir / "tiny-deepseek-mtp", args.dir / "tiny-deepseek-mla", tokenizer)
+    for name in ("tiny-llama-gqa", "tiny-deepseek-mla", "tiny-deepseek-mtp"):
         size = sum(p.stat().st_size for p in (args.dir / name).iterdir())
         print(f"{args.dir / name}: {size / 1e6:.1f} MB")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -86,7 +86,12 @@ class VllmArgs(_Strict):
     max_num_seqs: int = Field(16, ge=1)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     block_size: int = Field(128, ge=1)
-    enforce_eager: bool = False
+    enforce_eager: bool | None = Field(
+        None, description="true: --enforce-eager; false: vLLM's graph mode; unset: the platform's choice for the role")
+    compilation_config: dict[str, Any] | None = Field(
+        None, description="vLLM --compilation-config; unset: the platform's choice for the role")
+    enable_prefix_caching: bool | None = Field(
+        None, description="vLLM --[no-]enable-prefix-caching; unset: the choice of the platform and connector")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         "auto", description="vLLM --dtype of weights, activations and KV; memory checks assume model.quantization")
     extra_args: list[str] = Field(default_factory=list, description="passed to `vllm serve` verbatim")

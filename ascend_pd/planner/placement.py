@@ -32,14 +32,21 @@ def _placements(devices: list[Device], tp: int) -> list[DevicePlacement]:
             for i in range(0, len(devices), tp)]
 
 
+def _draft_args(role: str, mtp: int) -> list[str]:
+    """Every role of an MTP plan builds the draft layers: they own KV caches, and P and D must register the same
+    set. Prefill emits one token, so it drafts one (vllm-ascend's PD guide: 1 on P, at least 1 on D)."""
+    if not mtp:
+        return []
+    tokens = 1 if role == "prefill" else mtp
+    return ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": tokens})]
+
+
 def _vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
-    extra = []
-    if req.mtp and option.role != "prefill":
-        extra = ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": req.mtp})]
+    extra = _draft_args(option.role, req.mtp)
     if option.role == "prefill":
         full_length = cost.memory(option.shape).kv_capacity_tokens // req.max_model_len
         return VllmArgs(max_model_len=req.max_model_len, max_num_batched_tokens=option.chunk_tokens,
-                        max_num_seqs=max(1, min(PREFILL_MAX_SEQS, full_length)))
+                        max_num_seqs=max(1, min(PREFILL_MAX_SEQS, full_length)), extra_args=extra)
     tokens_per_step = option.batch_per_rank * (1 + req.mtp)
     if option.role == "decode":
         return VllmArgs(max_model_len=req.max_model_len, max_num_seqs=option.batch_per_rank, extra_args=extra,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascend_pd.deploy.schema import Connector
+from ascend_pd.render.kv_config import KV_ABORT_TIMEOUT_S
 from ascend_pd.render.platform import NodeNetwork, Platform
 
 # HCCL's buffer for collective traffic in MB: prefill uses the smaller one, decode (large EP all-to-all) the larger,
@@ -24,8 +26,10 @@ class CpuCores:
         return "|".join(str(d) for d in self.devices)
 
 
-def node_environment(platform: Platform, network: NodeNetwork, prefill_and_decode_on_node: bool) -> dict[str, str]:
-    """Variables shared by every process of one node, in the order a reader expects them."""
+def node_environment(platform: Platform, connector: Connector, network: NodeNetwork,
+                     prefill_and_decode_on_node: bool) -> dict[str, str]:
+    """Variables shared by every process of one node, in the order a reader expects them. Each one is read by
+    something in the pinned stack (vllm-ascend with vLLM v0.27.1, Mooncake 0.3.11.post1, CANN, torch_npu)."""
     env = {"VLLM_HOST_IP": network.host_ip, "GLOO_SOCKET_IFNAME": network.interface}
     if platform == "cpu":
         return env
@@ -40,18 +44,22 @@ def node_environment(platform: Platform, network: NodeNetwork, prefill_and_decod
         "HCCL_OP_EXPANSION_MODE": "AIV",
         "HCCL_CONNECT_TIMEOUT": "120",
         "HCCL_EXEC_TIMEOUT": "204",
+        # Read by torch_npu (OptionsManager::GetAclOpInitMode); vllm-ascend's model PD guides set it.
         "ACL_OP_INIT_MODE": "1",
-        # Mooncake's Ascend direct transport (ADXL): milliseconds to connect and per transfer.
+        # Milliseconds to connect and per transfer: read by Mooncake's Ascend direct transport
+        # (ascend_direct_transport/transfer_executor_base.cpp). vllm-ascend's connectors keep a value set here.
         "ASCEND_CONNECT_TIMEOUT": "10000",
         "ASCEND_TRANSFER_TIMEOUT": "10000",
-        "ASCEND_AGGREGATE_ENABLE": "1",
-        # P frees KV that no decode instance has read after this many seconds.
-        "VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT": "480",
-        # HCCS between nodes exists only on A3; A2 sends everything off-node over RoCE.
-        "ASCEND_A3_ENABLE": "1" if platform == "a3" else "0",
     })
+    # No ASCEND_A3_ENABLE or ASCEND_AGGREGATE_ENABLE: no Mooncake release (to 0.3.12.post1) nor vllm-ascend reads
+    # them; only an unmerged variant of Mooncake's HCCL transport did, never the direct transport "ascend" selects.
+    if connector.implementation == "vllm-ascend" and connector.mode == "pull":
+        # vLLM's env var, read by vllm-ascend's MooncakeConnectorV1 scheduler (kv_p2p/mooncake_connector.py): P
+        # frees KV no decode instance has read after this many seconds. AscendPDConnector takes abort_timeout_s.
+        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(KV_ABORT_TIMEOUT_S)
     if platform == "a2" and prefill_and_decode_on_node:
-        # Without it HCCL rejects a KV link between two devices of one A2 node ("device_ip is not set correctly").
+        # Without it HCCL rejects a KV link between two devices of one A2 node ("device_ip is not set correctly");
+        # Mooncake's Ascend direct transport reads it too, to use RoCE inside the node.
         env["HCCL_INTRA_ROCE_ENABLE"] = "1"
     return env
 

@@ -9,6 +9,12 @@ from ascend_pd.deploy import Deployment, Instance
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # vllm-ascend registers these names itself: the pull connector reads from P, the layerwise one pushes from P.
 VLLM_ASCEND_CONNECTORS = {"pull": "MooncakeConnectorV1", "push": "MooncakeLayerwiseConnector"}
+# vLLM's KVTransferConfig fails a request whose KV load failed unless told to recompute it ("fail" is its default).
+# Both connectors report failed loads as load errors, and vllm-ascend accepts "recompute" except for hybrid (Mamba)
+# models, which the model catalog does not hold.
+LOAD_FAILURE_POLICY = "recompute"
+# Seconds P keeps the blocks of a finished request that no decode instance has read (vllm-ascend's guides use 480).
+KV_ABORT_TIMEOUT_S = 480
 
 
 def _shape(instance: Instance, with_pp: bool) -> dict[str, int]:
@@ -41,19 +47,24 @@ def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id:
         return None
     connector = deployment.connector
     if connector.implementation == "ascend-pd":
+        extra = {"mode": connector.mode, "protocol": connector.protocol,
+                 **_role_shapes(deployment, instance, with_pp=False)}
+        if instance.role == "prefill":
+            extra["abort_timeout_s"] = KV_ABORT_TIMEOUT_S  # AscendPDConnector reads no environment variable for it
         return {
             "kv_connector": "AscendPDConnector",
             "kv_connector_module_path": "ascend_pd.connector",
             "kv_role": KV_ROLES[instance.role],
             "kv_port": kv_port,
             "engine_id": engine_id,
-            "kv_connector_extra_config": {"mode": connector.mode, "protocol": connector.protocol,
-                                          **_role_shapes(deployment, instance, with_pp=False)},
+            "kv_load_failure_policy": LOAD_FAILURE_POLICY,
+            "kv_connector_extra_config": extra,
         }
     return {
         "kv_connector": VLLM_ASCEND_CONNECTORS[connector.mode],
         "kv_role": KV_ROLES[instance.role],
         "kv_port": kv_port,
         "engine_id": engine_id,
+        "kv_load_failure_policy": LOAD_FAILURE_POLICY,
         "kv_connector_extra_config": _role_shapes(deployment, instance, with_pp=True),
     }

@@ -13,6 +13,7 @@ from ascend_pd.deploy.rules.base import Context
 from ascend_pd.deploy.rules.ports import port_claims
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
+from ascend_pd.render.engine_flags import engine_flags
 from ascend_pd.render.environment import CpuCores, node_environment, process_environment
 from ascend_pd.render.kv_config import kv_transfer_config
 from ascend_pd.render.platform import NodeNetwork, Platform, node_network, platform_of
@@ -45,6 +46,7 @@ class Process:
     kv_config: dict[str, Any] | None = field(default=None, compare=False)
     node_rank: int = 0
     first_worker: int = 0  # TP x PP rank, inside its DP rank, of this process's first worker
+    notes: tuple[str, ...] = ()  # why its command departs from vllm-ascend's guide, printed beside it
 
     @property
     def name(self) -> str:
@@ -84,7 +86,7 @@ class LaunchPlan:
 
 
 def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, port: int,
-               dp_args: list[str], kv_config: dict[str, Any] | None, moe: bool) -> list[str]:
+               dp_args: list[str], kv_config: dict[str, Any] | None, moe: bool, engine_args: list[str]) -> list[str]:
     args = instance.vllm
     parallel = instance.parallel
     head = [*CPU_SERVER, deployment.model.path] if platform == "cpu" else ["vllm", "serve", deployment.model.path]
@@ -98,8 +100,7 @@ def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, p
     argv += ["--max-model-len", str(args.max_model_len), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
              "--max-num-seqs", str(args.max_num_seqs), "--gpu-memory-utilization", str(args.gpu_memory_utilization),
              "--block-size", str(args.block_size), "--trust-remote-code"]
-    if args.enforce_eager:
-        argv.append("--enforce-eager")
+    argv += engine_args
     if args.dtype != "auto":
         argv += ["--dtype", args.dtype]
     if platform != "cpu" and deployment.model.quantization != "bf16":
@@ -118,6 +119,11 @@ def _additional_config(instance: Instance, moe: bool) -> dict[str, Any]:
     if moe and instance.role == "prefill":
         return {"enable_shared_expert_dp": True}
     return {}
+
+
+def _is_mla(loaded: LoadedDeployment) -> bool:
+    model = Context.build(loaded).model
+    return bool(model and model.mla)
 
 
 def _is_moe(loaded: LoadedDeployment) -> bool:
@@ -174,6 +180,7 @@ def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance
                                       "the DP coordinator")
         dp_args = ["--data-parallel-size", str(parallel.dp), "--data-parallel-rank", "RANK",
                    "--data-parallel-address", leader_ip, "--data-parallel-rpc-port", str(rpc_port)]
+    flags = engine_flags(platform, deployment.connector.implementation, instance, mla=_is_mla(loaded))
     processes = []
     for rank, group in enumerate(groups):
         port = instance.http_port + rank
@@ -186,7 +193,8 @@ def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance
             kv_port = instance.kv_port + rank * workers_per_rank
         kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port)
         spread_args = _spread_rank_args(loaded, index, instance, group, networks, port) if len(group) > 1 else []
-        argv = _vllm_argv(platform, deployment, instance, port, [*dp_args, *spread_args], kv_config, moe=external_dp)
+        argv = _vllm_argv(platform, deployment, instance, port, [*dp_args, *spread_args], kv_config, moe=external_dp,
+                          engine_args=flags.argv)
         first_worker = 0
         for node_rank, placement in enumerate(group):
             words = [str(rank) if a == "RANK" else str(node_rank) if a == "NODE_RANK" else a for a in argv]
@@ -199,7 +207,7 @@ def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance
                 http_port=port if node_rank == 0 else None, engine_id=reported_id if kv_config else None,
                 kv_port=instance.kv_port + rank * workers_per_rank + first_worker if kv_config else None,
                 env=tuple(env.items()), argv=tuple(words), kv_config=kv_config, node_rank=node_rank,
-                first_worker=first_worker))
+                first_worker=first_worker, notes=tuple(flags.notes)))
             first_worker += len(devices)
     return processes
 
@@ -225,7 +233,7 @@ def plan_processes(loaded: LoadedDeployment, interface: str | None = None,
         if not here:
             continue
         roles = {p.role for p in here}
-        env = node_environment(platform, networks[node.name], {"prefill", "decode"} <= roles)
+        env = node_environment(platform, deployment.connector, networks[node.name], {"prefill", "decode"} <= roles)
         nodes.append(NodePlan(name=node.name, network=networks[node.name], env=tuple(env.items()), processes=here))
     return LaunchPlan(deployment=deployment, cluster=cluster, platform=platform, nodes=tuple(nodes),
                       proxy_network=networks[deployment.proxy.node])

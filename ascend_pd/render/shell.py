@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import textwrap
 from typing import Iterable
 
 from ascend_pd.render.environment import CpuCores
@@ -56,6 +57,9 @@ cpu_cores() {
 """
 
 
+NOTE_WIDTH = 110  # columns of the comment lines that explain a command
+
+
 def quote(value: str) -> str:
     return shlex.quote(value)
 
@@ -92,7 +96,8 @@ def start_lines(process: Process) -> list[str]:
     head = " ".join([*(quote(w) for w in ("start", process.name, "env")),
                      *(_assignment(k, v) for k, v in process.env)])
     body = _argv_lines(process.argv, "    ")
-    lines = [f"# {process_summary(process)}", head + " \\"]
+    notes = [f"# {line}" for note in process.notes for line in textwrap.wrap(note, NOTE_WIDTH)]
+    lines = [f"# {process_summary(process)}", *notes, head + " \\"]
     lines += [line + " \\" for line in body[:-1]] + [body[-1]]
     return lines
 

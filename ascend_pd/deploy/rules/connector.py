@@ -1,4 +1,5 @@
-"""Rules about the KV connector: protocol on this cluster, TP combinations each implementation supports, block sizes."""
+"""Rules about the KV connector: protocol on this cluster, TP combinations each implementation supports, block sizes,
+and whether its transport reaches the memory the caches live in."""
 
 from __future__ import annotations
 
@@ -129,3 +130,18 @@ def cpu_block_size(ctx: Context) -> Iterator[Diagnostic]:
                            f"instance '{inst.name}' has block_size={inst.vllm.block_size}; vLLM's CPU attention "
                            "backend needs a multiple of 32 and the engine fails at start otherwise",
                            "set block_size: 32 (or 64, 128)")
+
+
+@rule("APD412", "the ascend-pd connector over tcp on Ascend NPUs, whose caches the TCP transport cannot read")
+def tcp_on_npus(ctx: Context) -> Iterator[Diagnostic]:
+    conn = ctx.deployment.connector
+    on_npus = "ascend" in ctx.cluster.protocols
+    if conn.implementation != "ascend-pd" or conn.protocol != "tcp" or not on_npus or not _disaggregated(ctx):
+        return
+    # Mooncake's TCP transport copies registered memory with plain host memcpy (it has a device path for CUDA-like
+    # GPUs only), and the connector registers the KV caches themselves, which live in NPU memory.
+    yield ctx.diag("APD412", "error", ("connector", "protocol"),
+                   f"protocol 'tcp' on cluster '{ctx.cluster.name}': the KV caches live in NPU memory, which "
+                   "Mooncake's TCP transport cannot read (it copies through host memory); the transfer would fail "
+                   "or move garbage",
+                   "use protocol: ascend (Mooncake built with USE_ASCEND_DIRECT)")

@@ -37,7 +37,10 @@ def unique_engine_ids(ctx: Context) -> Iterator[Diagnostic]:
     seen: dict[str, str] = {}
     for i, inst in enumerate(ctx.deployment.instances):
         base = inst.effective_engine_id
-        ids = [base] if inst.parallel.dp == 1 else [f"{base}_dp{r}" for r in range(inst.parallel.dp)]
+        # Count only the ranks the instance places (APD105 reports a dp its devices do not hold): a dp in the
+        # billions would otherwise exhaust memory here.
+        ranks = min(inst.parallel.dp, len(inst.devices))
+        ids = [base] if inst.parallel.dp == 1 else [f"{base}_dp{r}" for r in range(ranks)]
         for engine_id in ids:
             if engine_id in seen and seen[engine_id] != inst.name:
                 yield ctx.diag("APD303", "error", ("instances", i, "engine_id"),

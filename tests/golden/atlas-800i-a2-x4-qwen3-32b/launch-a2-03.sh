@@ -40,13 +40,12 @@ export HCCL_EXEC_TIMEOUT=204
 export ACL_OP_INIT_MODE=1
 export ASCEND_CONNECT_TIMEOUT=10000
 export ASCEND_TRANSFER_TIMEOUT=10000
-export ASCEND_AGGREGATE_ENABLE=1
-export VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT=480
-export ASCEND_A3_ENABLE=0
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # decode-1 DP rank 0 (decode): devices 0,1,2,3, http 8100, kv ports 28200-28203, engine decode-1_dp0
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
     vllm serve /models/Qwen3-32B \
     --host 0.0.0.0 \
@@ -59,10 +58,13 @@ start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28200,"engine_id":"decode-1_dp0","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28200,"engine_id":"decode-1_dp0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
     --additional-config '{}'
 
 # decode-1 DP rank 1 (decode): devices 4,5,6,7, http 8101, kv ports 28204-28207, engine decode-1_dp1
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=600 \
     vllm serve /models/Qwen3-32B \
     --host 0.0.0.0 \
@@ -75,5 +77,6 @@ start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28204,"engine_id":"decode-1_dp1","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28204,"engine_id":"decode-1_dp1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
     --additional-config '{}'

@@ -40,9 +40,7 @@ export HCCL_EXEC_TIMEOUT=204
 export ACL_OP_INIT_MODE=1
 export ASCEND_CONNECT_TIMEOUT=10000
 export ASCEND_TRANSFER_TIMEOUT=10000
-export ASCEND_AGGREGATE_ENABLE=1
 export VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT=480
-export ASCEND_A3_ENABLE=1
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
@@ -64,8 +62,10 @@ start prefill-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --enforce-eager \
+    --no-enable-prefix-caching \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-0","kv_connector_extra_config":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{"enable_shared_expert_dp":true}'
 
 # prefill-0 DP rank 1 (prefill): devices 8,9,10,11,12,13,14,15, http 8001, kv ports 36008-36015, engine prefill-0_dp1
@@ -86,6 +86,8 @@ start prefill-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUF
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --enforce-eager \
+    --no-enable-prefix-caching \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-0","kv_connector_extra_config":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"MooncakeConnectorV1","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{"enable_shared_expert_dp":true}'

@@ -40,13 +40,12 @@ export HCCL_EXEC_TIMEOUT=204
 export ACL_OP_INIT_MODE=1
 export ASCEND_CONNECT_TIMEOUT=10000
 export ASCEND_TRANSFER_TIMEOUT=10000
-export ASCEND_AGGREGATE_ENABLE=1
-export VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT=480
-export ASCEND_A3_ENABLE=1
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # prefill-1 DP rank 0 (prefill): devices 0,1,2,3,4,5,6,7, http 8000, kv ports 36000-36007, engine prefill-1_dp0
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start prefill-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=256 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -64,11 +63,14 @@ start prefill-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --enforce-eager \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-1","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32},"abort_timeout_s":480}}' \
     --additional-config '{"enable_shared_expert_dp":true}'
 
 # prefill-1 DP rank 1 (prefill): devices 8,9,10,11,12,13,14,15, http 8001, kv ports 36008-36015, engine prefill-1_dp1
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start prefill-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUFFSIZE=256 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -86,6 +88,7 @@ start prefill-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUF
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --enforce-eager \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-1","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32},"abort_timeout_s":480}}' \
     --additional-config '{"enable_shared_expert_dp":true}'

@@ -40,13 +40,12 @@ export HCCL_EXEC_TIMEOUT=204
 export ACL_OP_INIT_MODE=1
 export ASCEND_CONNECT_TIMEOUT=10000
 export ASCEND_TRANSFER_TIMEOUT=10000
-export ASCEND_AGGREGATE_ENABLE=1
-export VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT=480
-export ASCEND_A3_ENABLE=1
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # decode-0 DP rank 16 (decode): devices 0, http 8116, kv ports 36116, engine decode-0_dp16
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -64,11 +63,14 @@ start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 17 (decode): devices 1, http 8117, kv ports 36117, engine decode-0_dp17
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -86,11 +88,14 @@ start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 18 (decode): devices 2, http 8118, kv ports 36118, engine decode-0_dp18
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -108,11 +113,14 @@ start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 19 (decode): devices 3, http 8119, kv ports 36119, engine decode-0_dp19
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -130,11 +138,14 @@ start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 20 (decode): devices 4, http 8120, kv ports 36120, engine decode-0_dp20
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -152,11 +163,14 @@ start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 21 (decode): devices 5, http 8121, kv ports 36121, engine decode-0_dp21
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -174,11 +188,14 @@ start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 22 (decode): devices 6, http 8122, kv ports 36122, engine decode-0_dp22
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -196,11 +213,14 @@ start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 23 (decode): devices 7, http 8123, kv ports 36123, engine decode-0_dp23
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -218,11 +238,14 @@ start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 24 (decode): devices 8, http 8124, kv ports 36124, engine decode-0_dp24
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -240,11 +263,14 @@ start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 25 (decode): devices 9, http 8125, kv ports 36125, engine decode-0_dp25
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -262,11 +288,14 @@ start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 26 (decode): devices 10, http 8126, kv ports 36126, engine decode-0_dp26
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -284,11 +313,14 @@ start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 27 (decode): devices 11, http 8127, kv ports 36127, engine decode-0_dp27
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -306,11 +338,14 @@ start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 28 (decode): devices 12, http 8128, kv ports 36128, engine decode-0_dp28
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -328,11 +363,14 @@ start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 29 (decode): devices 13, http 8129, kv ports 36129, engine decode-0_dp29
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -350,11 +388,14 @@ start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 30 (decode): devices 14, http 8130, kv ports 36130, engine decode-0_dp30
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -372,11 +413,14 @@ start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 31 (decode): devices 15, http 8131, kv ports 36131, engine decode-0_dp31
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
     --host 0.0.0.0 \
@@ -394,6 +438,7 @@ start decode-0-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
     --additional-config '{}'

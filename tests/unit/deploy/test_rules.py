@@ -1,6 +1,11 @@
 """Each validation rule fires on the mistake it names and stays quiet on the nearest correct deployment."""
 
+import json
+import subprocess
+import sys
+
 import pytest
+import yaml
 
 from ascend_pd.deploy.rules.base import CODES
 
@@ -214,6 +219,20 @@ def test_duplicate_engine_id_is_an_error(a2):
     assert "APD303" in codes(a2, "error")
 
 
+def test_a_dp_in_the_billions_is_reported_without_exhausting_memory(a2, tmp_path):
+    """Validation runs in a child capped at 1 GiB of address space, so a rule that lists every DP rank fails there
+    with MemoryError instead of starving this machine."""
+    a2["instances"][4]["parallel"]["dp"] = 10**9
+    path = tmp_path / "huge-dp.yaml"
+    path.write_text(yaml.safe_dump(a2))
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+              "from ascend_pd.deploy import validate_file; "
+              "print(sorted({d.code for d in validate_file(sys.argv[1])[1] if d.severity == 'error'}))")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "APD105" in done.stdout
+
+
 def test_engine_id_colliding_with_a_dp_suffix_is_an_error(a2):
     a2["instances"][0]["engine_id"] = "decode-0_dp1"  # decode-0 has dp 2: its ranks are decode-0_dp0, decode-0_dp1
     assert "APD303" in codes(a2, "error")
@@ -329,6 +348,107 @@ def test_block_size_16_on_cpu_is_an_error(cpu):
     for inst in cpu["instances"]:
         inst["vllm"]["block_size"] = 16
     assert "APD409" in codes(cpu, "error")
+
+def draft(method="deepseek_mtp", tokens=1, **more):
+    return ["--speculative-config", json.dumps({"method": method, "num_speculative_tokens": tokens, **more})]
+
+
+def test_a_draft_config_on_decode_only_is_an_error_naming_both_instances(cm384):
+    cm384["instances"][2]["vllm"]["extra_args"] = draft()
+    found = [d for d in diagnose(cm384) if d.code == "APD410"]
+    assert [d.severity for d in found] == ["error"]
+    assert "'decode-0'" in found[0].message and "'prefill-0'" in found[0].message
+    assert found[0].path == "instances[2].vllm.extra_args"
+
+
+def test_the_same_draft_config_on_every_role_is_fine(cm384):
+    for inst in cm384["instances"]:
+        inst["vllm"]["extra_args"] = draft()
+    assert "APD410" not in codes(cm384)
+
+
+def test_mtp_method_names_vllm_folds_together_are_the_same_draft(cm384):
+    cm384["instances"][0]["vllm"]["extra_args"] = draft("mtp")
+    cm384["instances"][1]["vllm"]["extra_args"] = draft("deepseek_mtp")
+    cm384["instances"][2]["vllm"]["extra_args"] = ["--speculative-config=" + draft("deepseek_mtp")[1]]
+    assert "APD410" not in codes(cm384)
+
+
+def test_decode_may_draft_more_tokens_than_a_prefill_drafting_one(cm384):
+    """vllm-ascend's PD guide: num_speculative_tokens 1 on P, 1 or more on D."""
+    cm384["instances"][0]["vllm"]["extra_args"] = cm384["instances"][1]["vllm"]["extra_args"] = draft(tokens=1)
+    cm384["instances"][2]["vllm"]["extra_args"] = draft(tokens=3)
+    assert "APD410" not in codes(cm384)
+    cm384["instances"][0]["vllm"]["extra_args"] = cm384["instances"][1]["vllm"]["extra_args"] = draft(tokens=2)
+    assert "APD410" in codes(cm384, "error")
+
+
+def test_prefill_instances_must_draft_alike(cm384):
+    cm384["instances"][0]["vllm"]["extra_args"] = cm384["instances"][2]["vllm"]["extra_args"] = draft(tokens=1)
+    cm384["instances"][1]["vllm"]["extra_args"] = draft(tokens=2)
+    found = [d for d in diagnose(cm384) if d.code == "APD410"]
+    assert [d.path for d in found] == ["instances[1].vllm.extra_args"]
+
+
+def test_a_different_draft_method_is_an_error(cm384):
+    for inst in cm384["instances"]:
+        inst["vllm"]["extra_args"] = draft()
+    cm384["instances"][2]["vllm"]["extra_args"] = draft("eagle", model="/models/eagle-head")
+    assert "APD410" in codes(cm384, "error")
+
+
+def test_a_different_vllm_dtype_on_decode_is_an_error_naming_both(a2):
+    a2["instances"][4]["vllm"]["dtype"] = "float16"
+    found = [d for d in diagnose(a2) if d.code == "APD411"]
+    assert [d.severity for d in found] == ["error"]
+    assert "'decode-0'" in found[0].message and "'prefill-0'" in found[0].message
+    assert "float16" in found[0].message
+
+
+def test_a_dtype_in_extra_args_counts_like_vllm_dtype(cpu):
+    cpu["instances"][1]["vllm"]["extra_args"] = ["--dtype", "float32"]  # vllm.dtype is float32 already
+    assert "APD411" not in codes(cpu)
+    cpu["instances"][1]["vllm"]["extra_args"] = ["--dtype=bfloat16"]
+    assert "APD411" in codes(cpu, "error")
+
+
+def test_a_different_kv_cache_dtype_is_an_error(a2):
+    a2["instances"][5]["vllm"]["extra_args"] = ["--kv-cache-dtype", "fp8"]
+    assert "APD411" in codes(a2, "error")
+    for inst in a2["instances"]:
+        inst["vllm"]["extra_args"] = ["--kv_cache_dtype", "fp8"]
+    assert "APD411" not in codes(a2)
+
+
+def test_a_different_quantization_is_an_error(cm384):
+    cm384["instances"][2]["vllm"]["extra_args"] = ["--quantization", "fp8"]
+    assert "APD411" in codes(cm384, "error")
+
+
+def test_colocated_instances_are_not_compared(a2):
+    a2["instances"] = [a2["instances"][0] | {"role": "colocated"}]
+    a2["instances"][0]["vllm"]["dtype"] = "float16"
+    a2["instances"][0]["vllm"]["extra_args"] = draft()
+    found = codes(a2)
+    assert "APD410" not in found and "APD411" not in found
+
+
+def test_ascend_pd_over_tcp_on_npus_is_an_error(a2):
+    a2["connector"]["protocol"] = "tcp"
+    found = [d for d in diagnose(a2) if d.code == "APD412"]
+    assert [(d.severity, d.path) for d in found] == [("error", "connector.protocol")]
+    a2["connector"]["protocol"] = "ascend"
+    assert "APD412" not in codes(a2)
+
+
+def test_tcp_is_the_protocol_of_the_cpu_cluster(cpu):
+    assert cpu["connector"]["protocol"] == "tcp"
+    assert "APD412" not in codes(cpu)
+
+
+def test_vllm_ascend_ignores_the_protocol_field(a3):
+    a3["connector"]["protocol"] = "tcp"  # its connectors always initialize Mooncake with "ascend"
+    assert "APD412" not in codes(a3)
 
 # ---------------------------------------------------------------- ports
 

