@@ -29,7 +29,8 @@ class CpuCores:
 def node_environment(platform: Platform, connector: Connector, network: NodeNetwork,
                      prefill_and_decode_on_node: bool) -> dict[str, str]:
     """Variables shared by every process of one node, in the order a reader expects them. Each one is read by
-    something in the pinned stack (vllm-ascend with vLLM v0.27.1, Mooncake 0.3.11.post1, CANN, torch_npu)."""
+    something in the pinned stack (vllm-ascend 0.23-0.25 with its vLLM, Mooncake 0.3.11.post1, CANN, torch_npu; see
+    docs/vllm-ascend.md)."""
     env = {"VLLM_HOST_IP": network.host_ip, "GLOO_SOCKET_IFNAME": network.interface}
     if platform == "cpu":
         return env

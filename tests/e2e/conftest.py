@@ -26,9 +26,15 @@ def tiny_models(tmp_path_factory) -> Path:
     return out
 
 
+# What the planner renders for a model with MTP layers, on every role (vllm-ascend's PD guide: P drafts 1 token).
+DRAFT_ARGS = ["--speculative-config", '{"method":"deepseek_mtp","num_speculative_tokens":1}']
+DRAFT_MODELS = {"tiny-deepseek-mtp"}
+
+
 def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp: int = 1,
                      colocated: bool = False, port_base: int = 8100) -> dict:
-    """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP and its own port range."""
+    """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP and its own port range; a model
+    with an MTP layer runs with the planner's draft config on every instance."""
     data = copy.deepcopy(BASE)
     data["metadata"]["name"] = f"e2e-{model}-{'colocated' if colocated else mode}-p{prefill_tp}"
     data["model"].update(name=model, path=str(models / model), served_name=model)
@@ -42,6 +48,8 @@ def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp
         prefill["devices"] = [{"node": "localhost-00", "devices": list(range(prefill_tp))}]
         decode["devices"] = [{"node": "localhost-00", "devices": [prefill_tp]}]
     for index, inst in enumerate(data["instances"]):
+        if model in DRAFT_MODELS:
+            inst["vllm"]["extra_args"] = list(DRAFT_ARGS)
         inst["http_port"] = port_base + 10 * index
         inst["kv_port"] = 26000 + port_base - 8000 + 100 * index
     data["proxy"]["port"] = port_base + 90

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import time
 
 import pytest
@@ -12,11 +13,14 @@ import pytest
 from . import timing
 from .conftest import case_logs, local_deployment
 from .stack import Stack, http_json, http_text, metric, stream_completion
-from .workload import LONG, completion_body, fresh_long_prompt, run_workload
+from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
+                       run_workload)
 
-pytestmark = pytest.mark.e2e
+# A case's first test also starts its engines (and the colocated reference): MTP engines take 90 s each to warm up
+# on 2 cores, more than pytest's default 300 s per test in all.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-GQA, MLA = "tiny-llama-gqa", "tiny-deepseek-mla"
+GQA, MLA, MTP = "tiny-llama-gqa", "tiny-deepseek-mla", "tiny-deepseek-mtp"
 TIMED_PROMPTS = 6
 CASES = {  # name: (model, mode, prefill tp)
     "gqa-pull": (GQA, "pull", 1),
@@ -24,8 +28,15 @@ CASES = {  # name: (model, mode, prefill tp)
     "gqa-pull-p-tp2-d-tp1": (GQA, "pull", 2),
     "mla-pull": (MLA, "pull", 1),
     "mla-push": (MLA, "push", 1),
+    "mtp-pull": (MTP, "pull", 1),  # P and D with the deepseek_mtp draft config: the draft layer's cache moves too
+    "mtp-push": (MTP, "push", 1),
 }
 _reference: dict[str, dict] = {}
+
+
+def eos_prompt(models, model: str) -> str:
+    """The MTP model's main layers are the MLA model's, so one search serves both."""
+    return eos_first_prompt(models / (MLA if model == MTP else model))
 
 
 def colocated_answers(models, model: str) -> dict:
@@ -33,7 +44,7 @@ def colocated_answers(models, model: str) -> dict:
     if model not in _reference:
         deployment = local_deployment(models, model, colocated=True, port_base=8500)
         with Stack(deployment, case_logs(f"colocated-{model}") / "run", case_logs(f"colocated-{model}")) as stack:
-            _reference[model] = run_workload(stack.proxy_url, model)
+            _reference[model] = run_workload(stack.proxy_url, model, eos_prompt(models, model))
     return _reference[model]
 
 
@@ -45,11 +56,12 @@ def pd(request, tiny_models):
     deployment = local_deployment(tiny_models, model, mode=mode, prefill_tp=prefill_tp, port_base=8100)
     with Stack(deployment, logs / "run", logs) as stack:
         stack.case, stack.model, stack.mode, stack.reference = request.param, model, mode, reference
+        stack.eos_prompt = eos_prompt(tiny_models, model)
         yield stack
 
 
 def test_outputs_equal_the_colocated_run_token_for_token(pd):
-    answers = run_workload(pd.proxy_url, pd.model)
+    answers = run_workload(pd.proxy_url, pd.model, pd.eos_prompt)
     mismatched = {k: (answers[k], pd.reference[k]) for k in pd.reference if answers.get(k) != pd.reference[k]}
     assert mismatched == {}
 
@@ -64,6 +76,58 @@ def test_decode_loaded_the_prompt_kv_instead_of_recomputing(pd):
     # vLLM always recomputes to get logits.
     local = metric(text, "vllm:prefix_cache_hits_total")
     assert external >= 0.8 * (prompt_tokens - local), (external, local, prompt_tokens)
+
+
+def test_a_first_token_of_eos_is_an_empty_stopped_answer_not_a_backend_fault(pd):
+    """The colocated answer is checked in the workload; here that it really is EOS-first and the proxy kept every
+    prefill in service (a prefill that ends "stop" returns no KV coordinates on vllm-ascend)."""
+    assert pd.reference["eos-first"] == ("", "stop", [EOS_TOKEN_ID])
+    reply = http_json(f"{pd.proxy_url}/v1/completions", eos_first_body(pd.model, pd.eos_prompt))
+    choice = reply["choices"][0]
+    assert (choice["text"], choice["finish_reason"], choice["token_ids"]) == ("", "stop", [EOS_TOKEN_ID])
+    proxy_metrics = http_text(f"{pd.proxy_url}/metrics")
+    assert metric(proxy_metrics, "ascend_pd_proxy_backend_failures_total") == 0
+    assert metric(proxy_metrics, "ascend_pd_proxy_prefill_without_kv_params_total") == 0
+
+
+PULL_CASES = [name for name, (_, mode, _) in CASES.items() if mode == "pull"]
+
+
+@pytest.mark.parametrize("pd", PULL_CASES, indirect=True)
+def test_a_kv_load_that_fails_is_recomputed_into_the_right_answer_and_counted(pd):
+    """D reads P's blocks, one of them named wrongly (stale coordinates): the connector refuses the read, vLLM
+    recomputes the prompt (kv_load_failure_policy recompute, as rendered) and the failure shows on /metrics."""
+    (prefill_url,) = pd.endpoint_urls("prefill")
+    (decode_url,) = pd.endpoint_urls("decode")
+    body = completion_body(pd.model, LONG)
+    handoff = http_json(f"{prefill_url}/v1/completions",
+                        dict(body, max_tokens=1, min_tokens=1, kv_transfer_params={"do_remote_decode": True}))
+    params = handoff["kv_transfer_params"]
+    params["remote_block_ids"][-1] = 10 ** 6
+    failures = "vllm:ascend_pd_kv_failures_total"
+    before = metric(http_text(f"{decode_url}/metrics"), failures)
+    reply = http_json(f"{decode_url}/v1/completions", dict(body, kv_transfer_params=params))
+    assert reply["choices"][0]["token_ids"] == pd.reference["long"]
+    deadline = time.monotonic() + 30  # connector stats reach /metrics at vLLM's stats interval
+    while metric(http_text(f"{decode_url}/metrics"), failures) < before + 1 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert metric(http_text(f"{decode_url}/metrics"), failures) == before + 1
+    while _usage(prefill_url) > 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _usage(prefill_url) == 0, "prefill still holds the blocks after decode gave up on them"
+
+
+def test_prefill_and_decode_register_the_same_caches_the_draft_layers_included(pd):
+    """The connector logs how many cache tensors each worker registered: P and D must agree, and with the draft
+    config the MTP layer adds one MLA cache to the model's four."""
+    counts = {}
+    for log in pd.logs.glob("*.log"):
+        found = re.findall(r"AscendPD worker (\S+) rank \d+: (\d+) cache tensors registered", log.read_text())
+        counts.update({engine: int(count) for engine, count in found})
+    assert set(counts) == {"prefill-0", "decode-0"}, counts
+    assert len(set(counts.values())) == 1, counts
+    if pd.model == MTP:
+        assert counts["decode-0"] == 4 + 1
 
 
 def _usage(url: str) -> float:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from .stack import http_json, stream_completion
 
@@ -35,11 +37,41 @@ def completion_body(model: str, prompt: str, max_tokens: int = MAX_TOKENS) -> di
             "return_token_ids": True}
 
 
+# tools/make_tiny_models.py trains the special tokens first: <s> is 0, </s> (EOS) is 1.
+EOS_TOKEN_ID = 1
+
+
+@functools.cache
+def eos_first_prompt(model_dir: Path, tries: int = 20000) -> str:
+    """A prompt whose greedy first token is EOS for this model, found with transformers in float32 (as the e2e
+    engines run), with a clear margin over the runner-up so that vLLM's kernels pick EOS too. vLLM refuses
+    logit_bias under speculative decoding, so the prompt itself has to end in EOS."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for seed in range(tries):
+            prompt = _words(50_000 + seed, 6 + seed % 10)
+            logits = model(tokenizer(prompt, return_tensors="pt").input_ids).logits[0, -1]
+            best, runner_up = logits.topk(2).values.tolist()
+            if int(logits.argmax()) == EOS_TOKEN_ID and best - runner_up > 1.0:
+                return prompt
+    raise AssertionError(f"no prompt of {tries} makes {model_dir.name} answer EOS first")
+
+
+def eos_first_body(model: str, prompt: str) -> dict:
+    """A request whose first generated token is EOS: the answer is empty and ends "stop". Through the proxy,
+    prefill must still end length-capped (min_tokens 1) so that it hands its KV to decode."""
+    return {"model": model, "prompt": prompt, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+
+
 def chat_body(model: str) -> dict:
     return {"model": model, "messages": CHAT, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
 
 
-def run_workload(base_url: str, model: str) -> dict[str, object]:
+def run_workload(base_url: str, model: str, eos_prompt: str) -> dict[str, object]:
     """Send every prompt of the set through `base_url`; return answers keyed by what was asked."""
     answers: dict[str, object] = {}
 
@@ -58,6 +90,11 @@ def run_workload(base_url: str, model: str) -> dict[str, object]:
             answers[f"concurrent-{i}"] = ids
     answers["stream-short"], _ = stream_completion(f"{base_url}/v1/completions", completion_body(model, SHORT))
     answers["stream-long"], _ = stream_completion(f"{base_url}/v1/completions", completion_body(model, LONG))
+    eos = http_json(f"{base_url}/v1/completions", eos_first_body(model, eos_prompt))["choices"][0]
+    answers["eos-first"] = (eos["text"], eos["finish_reason"], eos.get("token_ids"))
+    text, events = stream_completion(f"{base_url}/v1/completions", eos_first_body(model, eos_prompt))
+    answers["stream-eos-first"] = (text, [c["finish_reason"] for e in events for c in e["choices"]
+                                          if c.get("finish_reason")])
     chat = http_json(f"{base_url}/v1/chat/completions", chat_body(model))
     answers["chat"] = chat["choices"][0]["message"]["content"]
     answers["stream-chat"], _ = stream_completion(f"{base_url}/v1/chat/completions", chat_body(model))
