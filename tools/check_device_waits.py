@@ -1,7 +1,7 @@
 """Show that every device wait and thread binding of the connector is needed: remove each one in turn and run the
 NPU-twin transfer tests, which must then fail.
 
-Usage: python tools/check_device_waits.py        (about 3 minutes on 2 cores; the tree is restored afterwards)
+Usage: python tools/check_device_waits.py        (about 1.5 minutes on 2 cores; the tree is restored afterwards)
 
 Each line prints the removed statement and whether the twin tests caught it. Exit status 1 if one was not caught.
 """
