@@ -28,9 +28,7 @@ class CacheDevice:
         import torch
 
         module = getattr(torch, "npu", None)
-        if module is None:
-            return cls(None, None)
-        return cls(module, module.current_device())
+        return cls.host() if module is None else cls(module, module.current_device())
 
     @classmethod
     def host(cls) -> CacheDevice:

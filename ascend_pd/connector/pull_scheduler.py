@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import PullRecv
-from ascend_pd.connector.scheduler import SchedulerSide, prompt_blocks, prompt_tokens_to_load
+from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, prompt_blocks, prompt_tokens_to_load
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -30,14 +30,7 @@ class PullScheduler(SchedulerSide):
         params = request.kv_transfer_params
         if not _wants_pull(params):
             return
-        if num_external_tokens > 0:
-            local = blocks.get_unhashed_block_ids()
-            # Local prefix-cache hits are the request's first blocks; the read fills the prompt blocks after them.
-            first = len(blocks.blocks[0]) - len(local)
-            count = prompt_blocks(request.num_prompt_tokens, self.block_size) - first
-            self._queue_recv(request, local[:count], first)
-        else:
-            self._queue_recv(request, [], 0)
+        self._queue_recv(request, *blocks_to_receive(request, blocks, num_external_tokens, self.block_size))
         params["do_remote_prefill"] = False  # the read is scheduled once, even if vLLM calls again
 
     def _queue_recv(self, request: Request, local: list[int], first: int) -> None:

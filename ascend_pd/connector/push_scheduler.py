@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
-from ascend_pd.connector.scheduler import SchedulerSide, prompt_blocks, prompt_tokens_to_load
+from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, prompt_tokens_to_load
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -51,11 +51,8 @@ class PushScheduler(SchedulerSide):
         if _sends(params) and request.request_id not in self._outgoing:
             self._outgoing[request.request_id] = _Outgoing(str(params["transfer_id"]), request.num_prompt_tokens)
         elif _receives(params):
-            local = blocks.get_unhashed_block_ids() if num_external_tokens > 0 else []
-            first = len(blocks.blocks[0]) - len(local)
-            # Announce the prompt's blocks only: lookahead (draft) blocks after them receive nothing.
-            count = prompt_blocks(request.num_prompt_tokens, self.block_size) - first
-            self._queue_recv(request, local[:count], first_block=first)
+            local, first = blocks_to_receive(request, blocks, num_external_tokens, self.block_size)
+            self._queue_recv(request, local, first_block=first)
             params["do_remote_prefill"] = False
 
     def _queue_recv(self, request: Request, local: list[int], first_block: int) -> None:

@@ -21,7 +21,6 @@ from ascend_pd.connector.worker import WorkerSide
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class _Job:
     """One layer's share of a prefill step: its planes, the prompt blocks [first, stop) it wrote, and the device

@@ -71,6 +71,15 @@ def prompt_blocks(num_prompt_tokens: int, block_size: int) -> int:
     return -(-num_prompt_tokens // block_size)
 
 
+def blocks_to_receive(request: Request, blocks: KVCacheBlocks, num_external_tokens: int,
+                      block_size: int) -> tuple[list[int], int]:
+    """D's blocks that receive P's prompt KV, and the prompt block index of the first one. Local prefix-cache hits
+    are the request's first blocks; lookahead (draft) blocks after the prompt receive nothing."""
+    local = blocks.get_unhashed_block_ids() if num_external_tokens > 0 else []
+    first = len(blocks.blocks[0]) - len(local)
+    return local[:prompt_blocks(request.num_prompt_tokens, block_size) - first], first
+
+
 def make_scheduler_side(config: ConnectorConfig, host: str, dp_rank: int, block_size: int) -> SchedulerSide:
     if config.mode == "pull":
         from ascend_pd.connector.pull_scheduler import PullScheduler

@@ -12,7 +12,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-import json
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ascend_pd.deploy.schema import SLO, Deployment, Instance
+from ascend_pd.deploy.vllm_flags import draft_config
 from ascend_pd.hardware import LinkTier
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.shape import Shape
@@ -302,15 +302,9 @@ class Simulation:
 
 
 def _mtp_tokens(instance: Instance) -> int:
-    """num_speculative_tokens from a `--speculative-config` JSON in the instance's extra vLLM arguments."""
-    args = instance.vllm.extra_args
-    for i, arg in enumerate(args[:-1]):
-        if arg == "--speculative-config":
-            try:
-                return int(json.loads(args[i + 1]).get("num_speculative_tokens", 0))
-            except (ValueError, AttributeError):
-                return 0
-    return 0
+    """num_speculative_tokens of the instance's `--speculative-config`, read as validation reads it."""
+    draft = draft_config(instance)
+    return (draft.num_speculative_tokens or 0) if draft else 0
 
 
 def _percentiles(values: np.ndarray) -> dict[str, float]:
