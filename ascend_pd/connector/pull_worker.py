@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 from ascend_pd import kernels
 from ascend_pd.connector import messages
@@ -17,10 +18,26 @@ from ascend_pd.kernels.tp_mapping import SourceRead
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class _Pending:
+    """A decode request waiting for its KV: until its deadline, and whether bytes already move into its blocks."""
+
+    recv: PullRecv
+    taken_up: float
+    deadline: float
+    moving: bool = False
+    gave_up: bool = False
+
+
+class _GaveUp(Exception):
+    """expire() has reported the request failed: its job stops before it moves anything."""
+
+
 class PullWorker(WorkerSide):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._pending: dict[str, _Pending] = {}  # decode: requests whose read has not been reported
         # Prefill: how many decode ranks will report on each request, and how many have.
         self._expected_reports = sum(self.tp_rank in self.candidates(d) for d in range(self.config.decode.tp_size))
         self._reports: Counter[str] = Counter()
@@ -43,38 +60,77 @@ class PullWorker(WorkerSide):
     # ---- decode side ----
     def accept(self, metadata: AscendPDMetadata) -> None:
         super().accept(metadata)
+        now = time.monotonic()
         for recv in metadata.pull_recv:
-            self.jobs.submit(self._pull, recv, time.monotonic())
+            pending = _Pending(recv, taken_up=now, deadline=now + self.config.kv_load_timeout_s)
+            if recv.local_block_ids:
+                with self.lock:
+                    self._pending[recv.request_id] = pending
+            self.jobs.submit(self._pull, pending)
 
-    def _pull(self, recv: PullRecv, taken_up: float) -> None:
-        ok = True
+    def _pull(self, pending: _Pending) -> None:
+        recv = pending.recv
+        error = None
         if recv.local_block_ids:
             try:
-                self._read(recv)
-            except Exception as error:  # every failure becomes a load error: vLLM recomputes the prompt
-                ok = False
-                logger.error("AscendPD: request %s: reading KV from %s failed: %s", recv.request_id,
-                             recv.peer.engine_id, error)
-            # Kernels queued on the blocks finish before vLLM runs (or recomputes) the request on them.
-            self.device.drain()
+                self._read(pending)
+            except _GaveUp:
+                pass  # reported by expire(): past its deadline before a byte moved
+            except Exception as failure:  # every failure becomes a load error: vLLM recomputes the prompt
+                error = failure
+            finally:
+                # Kernels queued on the blocks finish before vLLM runs (or recomputes) the request on them.
+                self.device.drain()
+            self._report(pending, error)
+        # P may free its blocks now; a P that does not hear it frees them after its abort_timeout_s.
         for rank in sorted(self.candidates(self.tp_rank)):
-            self.notify(recv.peer.host, recv.peer.port + rank,
-                        messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
-        if not recv.local_block_ids:
-            return  # aborted before allocation: nothing is waiting for this read
+            self.notices.submit(self.notify, recv.peer.host, recv.peer.port + rank,
+                                messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
+
+    def _report(self, pending: _Pending, error: Exception | None) -> None:
+        """Tell vLLM (through get_finished) that the request's KV is in, or that its blocks failed; once."""
+        recv = pending.recv
         with self.lock:
-            if ok:
-                self.stats.record_wait(time.monotonic() - taken_up)
+            if self._pending.pop(recv.request_id, None) is None:
+                return  # expire() reported it already
+            if error is None:
+                self.stats.record_wait(time.monotonic() - pending.taken_up)
             else:
+                logger.error("AscendPD: request %s: reading KV from %s failed: %s", recv.request_id,
+                             recv.peer.describe(), error)
                 self.failed_blocks.update(recv.local_block_ids)
                 self.stats.record_failure()
             self.received.add(recv.request_id)
 
-    def _read(self, recv: PullRecv) -> None:
+    def expire(self, now: float) -> None:
+        """Past its deadline, a request not yet moving bytes is a load error at once; one whose batch is in flight
+        ends with that batch, which the Transfer Engine's own timeout bounds (a late write must not land in blocks
+        vLLM has given to the recompute)."""
+        with self.lock:
+            late = [p for p in self._pending.values() if p.deadline <= now and not p.moving]
+            for pending in late:
+                del self._pending[pending.recv.request_id]
+                pending.gave_up = True
+                logger.error("AscendPD: request %s: no KV from %s within kv_load_timeout_s=%g",
+                             pending.recv.request_id, pending.recv.peer.describe(), self.config.kv_load_timeout_s)
+                self.failed_blocks.update(pending.recv.local_block_ids)
+                self.stats.record_failure()
+                self.received.add(pending.recv.request_id)
+
+    def _start_moving(self, pending: _Pending) -> None:
+        """From here on bytes land in the request's blocks: expire() leaves it to end with its batches."""
+        with self.lock:
+            if pending.gave_up:
+                raise _GaveUp
+            pending.moving = True
+
+    def _read(self, pending: _Pending) -> None:
+        recv = pending.recv
         reads = self.plan.reads(self.tp_rank, recv.remote_request_id or recv.request_id)
+        sources = [(read, self.peer_metadata(recv.peer, read.src_rank, pending.deadline)) for read in reads]
+        self._start_moving(pending)
         futures, staged = [], []
-        for read in reads:
-            remote = self.peer_metadata(recv.peer, read.src_rank)
+        for read, remote in sources:
             check_block_ids(recv.remote_block_ids, remote.planes, f"prefill {recv.peer.engine_id}")
             spans = []
             for index, plane in enumerate(self.planes):
@@ -85,11 +141,16 @@ class PullWorker(WorkerSide):
                 spans += [Span(local=c.dst, remote=c.src, length=c.length) for c in
                           direct_copies(rt, remote.planes[index], plane.info, recv.remote_block_ids,
                                         recv.local_block_ids)]
-            futures.append(self.transport.submit(remote.session, "read", spans))
-        for future in futures:
-            self.record(future.result())
-        for read, remote, index, rt in staged:
-            self._read_staged(remote, index, rt, read, recv)
+            futures.append((self.transport.submit(remote.session, "read", spans), remote.session))
+        try:
+            for future, session in futures:
+                self.record(self.result(future, session))
+            for read, remote, index, rt in staged:
+                self._read_staged(remote, index, rt, read, recv)
+        except Exception:
+            for read in reads:  # a restarted P has a new session: hand-shake afresh next time
+                self.peers.forget(recv.peer.host, recv.peer.port + read.src_rank)
+            raise
         self._transpose(reads, recv.local_block_ids)
 
     def _read_staged(self, remote: messages.AgentMetadata, index: int, rt: Route, read: SourceRead,
@@ -105,7 +166,7 @@ class PullWorker(WorkerSide):
                 spans = [Span(local=self.staging.address + k * src.block_len,
                               remote=src.base_addr + sb * src.block_stride, length=src.block_len)
                          for k, (sb, _) in enumerate(chunk)]
-                self.record(self.transport.run(remote.session, "read", spans))
+                self.record(self.result(self.transport.submit(remote.session, "read", spans), remote.session))
                 whole = self.staging.view(0, len(chunk) * src.block_len, tensor.dtype,
                                           (len(chunk), tensor.shape[1], src.num_heads, tensor.shape[3]))
                 packed = kernels.gather_heads(whole, list(range(len(chunk))), rt.head_start, rt.head_count)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +58,7 @@ class _Outgoing:
 class _Incoming:
     request_id: str
     transfer_id: str
-    peer_host: str
+    peer: str  # RemotePeer.describe(), for the logs
     block_ids: list[int]
     senders: set[int]
     deadline: float
@@ -74,7 +74,6 @@ class PushWorker(WorkerSide):
         self._outgoing: dict[str, _Outgoing] = {}  # transfer id -> state (prefill)
         self._early: dict[str, list[tuple[float, messages.PushReady]]] = {}  # announcements before the request
         self._incoming: dict[str, _Incoming] = {}  # transfer id -> state (decode)
-        self._notifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-pd-notify")
 
     def targets(self, transfer_id: str) -> dict[int, _Target]:
         """The decode ranks that read (part of) their KV from this prefill rank for a transfer."""
@@ -235,7 +234,7 @@ class PushWorker(WorkerSide):
             if not out.prefilled or target.ready is None or target.finalizing:
                 return
             target.finalizing = True
-        self._notifier.submit(self._finalize, out, rank, target)
+        self.notices.submit(self._finalize, out, rank, target)
 
     def _finalize(self, out: _Outgoing, rank: int, target: _Target) -> None:
         """When every write to a decode rank has completed, tell it so (or that they failed)."""
@@ -266,7 +265,7 @@ class PushWorker(WorkerSide):
         for out in outs:
             for rank, target in out.targets.items():
                 if target.ready is not None and target.ready.block_ids:
-                    self._notifier.submit(self.notify, target.ready.dst_host, target.ready.dst_port,
+                    self.notices.submit(self.notify, target.ready.dst_host, target.ready.dst_port,
                                           messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank,
                                                             ok=False))
 
@@ -276,8 +275,8 @@ class PushWorker(WorkerSide):
         senders = {read.src_rank for read in reads}
         if recv.local_block_ids:
             now = time.monotonic()
-            incoming = _Incoming(recv.request_id, recv.transfer_id, recv.peer.host, recv.local_block_ids, senders,
-                                 deadline=now + self.config.push_timeout_s, taken_up=now)
+            incoming = _Incoming(recv.request_id, recv.transfer_id, recv.peer.describe(), recv.local_block_ids,
+                                 senders, deadline=now + self.config.kv_load_timeout_s, taken_up=now)
             with self.lock:
                 self._incoming[recv.transfer_id] = incoming
         ready = messages.PushReady(transfer_id=recv.transfer_id, block_ids=recv.local_block_ids,
@@ -288,9 +287,8 @@ class PushWorker(WorkerSide):
 
     def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady) -> None:
         try:
-            reply = side_channel.request(recv.peer.host, recv.peer.port + sender, ready,
-                                         retries=self.config.handshake_retries, timeout_s=self.config.handshake_timeout_s,
-                                         backoff_s=self.config.handshake_backoff_s)
+            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender, ready,
+                                   deadline=time.monotonic() + self.config.kv_load_timeout_s)
         except side_channel.PeerUnreachable as error:
             reply = messages.Refused(reason=str(error))
         if isinstance(reply, messages.Refused) and ready.block_ids:
@@ -322,7 +320,8 @@ class PushWorker(WorkerSide):
             if incoming.ok:
                 self.stats.record_wait(time.monotonic() - incoming.taken_up)
             else:
-                logger.error("AscendPD: request %s: a prefill rank reported a failed push", incoming.request_id)
+                logger.error("AscendPD: request %s: a prefill rank of %s reported a failed push",
+                             incoming.request_id, incoming.peer)
                 self.failed_blocks.update(incoming.block_ids)
                 self.stats.record_failure()
             self.received.add(incoming.request_id)
@@ -332,7 +331,8 @@ class PushWorker(WorkerSide):
             incoming = self._incoming.pop(transfer_id, None)
             if incoming is None:
                 return
-            logger.error("AscendPD: request %s: push failed: %s", incoming.request_id, reason)
+            logger.error("AscendPD: request %s: push from %s failed: %s", incoming.request_id, incoming.peer,
+                         reason)
             self.failed_blocks.update(incoming.block_ids)
             self.stats.record_failure()
             self.received.add(incoming.request_id)
@@ -340,7 +340,7 @@ class PushWorker(WorkerSide):
     def expire(self, now: float) -> None:
         with self.lock:
             late = [tid for tid, inc in self._incoming.items() if inc.deadline <= now]
-            stale = [tid for tid, early in self._early.items() if early[0][0] + self.config.push_timeout_s <= now]
+            stale = [tid for tid, early in self._early.items() if early[0][0] + self.config.kv_load_timeout_s <= now]
             for tid in stale:
                 del self._early[tid]
             dropped = [tid for tid, out in self._outgoing.items()
@@ -348,8 +348,4 @@ class PushWorker(WorkerSide):
             for tid in dropped:
                 del self._outgoing[tid]
         for tid in late:
-            self._fail(tid, f"not every prefill rank reported within push_timeout_s={self.config.push_timeout_s}")
-
-    def shutdown(self) -> None:
-        self._notifier.shutdown(wait=True, cancel_futures=True)
-        super().shutdown()
+            self._fail(tid, f"not every prefill rank reported within kv_load_timeout_s={self.config.kv_load_timeout_s}")

@@ -15,10 +15,15 @@ from ascend_pd.errors import InputError
 logger = logging.getLogger(__name__)
 
 _POLL_MS = 100  # how often the server thread checks for shutdown
+_MAX_BACKOFF_S = 2.0  # the doubling pause between tries stops growing here, so many retries stay a bounded wait
 
 
 class PeerUnreachable(Exception):
-    """A side-channel peer did not answer after every retry."""
+    """A side-channel peer did not answer; `silent_tries` counts the tries it had the whole timeout for."""
+
+    def __init__(self, message: str, silent_tries: int = 0):
+        super().__init__(message)
+        self.silent_tries = silent_tries
 
 
 class SideChannelServer:
@@ -63,24 +68,34 @@ class SideChannelServer:
 
 
 def request(host: str, port: int, message: messages.Request, *, timeout_s: float = 5.0, retries: int = 5,
-            backoff_s: float = 0.2) -> messages.Reply:
-    """Send one message and wait for the reply, retrying with doubling backoff; raise PeerUnreachable at the end."""
+            backoff_s: float = 0.2, deadline: float | None = None) -> messages.Reply:
+    """Send one message and wait for the reply, retrying with a doubling backoff (at most _MAX_BACKOFF_S); raise
+    PeerUnreachable at the end, or as soon as the monotonic `deadline` has passed (no try outlives it)."""
     context = zmq.Context.instance()
     payload = messages.encode(message)
-    delay = backoff_s
+    delay = min(backoff_s, _MAX_BACKOFF_S)
+    tries = silent = 0
     for attempt in range(retries + 1):
+        wait_s = timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
+        if wait_s <= 0:
+            break
+        tries += 1
+        silent += wait_s >= timeout_s
         socket = context.socket(zmq.REQ)  # a fresh REQ each try: a REQ that lost its reply cannot send again
         socket.setsockopt(zmq.LINGER, 0)
         try:
             socket.connect(f"tcp://{host}:{port}")
             socket.send(payload)
-            if socket.poll(int(timeout_s * 1000)):
+            if socket.poll(max(1, int(wait_s * 1000))):
                 return messages.decode_reply(socket.recv())
         finally:
             socket.close()
         if attempt < retries:
+            if deadline is not None:
+                delay = min(delay, max(0.0, deadline - time.monotonic()))
             logger.info("side channel %s:%d: no answer to %s, retrying in %.1fs", host, port,
                         type(message).__name__, delay)
             time.sleep(delay)
-            delay *= 2
-    raise PeerUnreachable(f"{host}:{port} did not answer {type(message).__name__} after {retries + 1} tries")
+            delay = min(delay * 2, _MAX_BACKOFF_S)
+    raise PeerUnreachable(f"{host}:{port} did not answer {type(message).__name__} after {tries} "
+                          f"{'try' if tries == 1 else 'tries'} of up to {timeout_s:g} s", silent_tries=silent)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +19,19 @@ ASCEND_REGION_LIMIT = 256
 
 def region_limit(protocol: str) -> int | None:
     return ASCEND_REGION_LIMIT if protocol == "ascend" else None
+
+
+def engine_timeout_s(protocol: str, timeout_s: float) -> float:
+    """Give the Transfer Engine its own bound on a batch (it reads it from the environment when it starts) unless
+    the operator set one; return the bound in force. Mooncake's TCP and RDMA transports read MC_TRANSFER_TIMEOUT
+    in seconds; its Ascend transport reads ASCEND_CONNECT_TIMEOUT and ASCEND_TRANSFER_TIMEOUT in milliseconds
+    (docs/vllm-ascend.md, "transfer timeouts")."""
+    if protocol == "ascend":
+        os.environ.setdefault("ASCEND_CONNECT_TIMEOUT", str(int(timeout_s * 1000)))
+        os.environ.setdefault("ASCEND_TRANSFER_TIMEOUT", str(int(timeout_s * 1000)))
+        return max(float(os.environ["ASCEND_CONNECT_TIMEOUT"]), float(os.environ["ASCEND_TRANSFER_TIMEOUT"])) / 1000
+    os.environ.setdefault("MC_TRANSFER_TIMEOUT", str(max(5, round(timeout_s))))
+    return float(os.environ["MC_TRANSFER_TIMEOUT"])
 
 
 class TransferFailed(Exception):
@@ -68,9 +82,11 @@ class BatchResult:
 class Transport:
     """One Transfer Engine per worker process, with a small pool that runs batches off the caller's thread."""
 
-    def __init__(self, host: str, protocol: Literal["ascend", "tcp", "rdma"], workers: int = 4):
+    def __init__(self, host: str, protocol: Literal["ascend", "tcp", "rdma"], timeout_s: float = 30.0,
+                 workers: int = 4):
         from mooncake.engine import TransferEngine  # heavy, optional: only workers that move KV need it
 
+        self.timeout_s = engine_timeout_s(protocol, timeout_s)
         self._engine = TransferEngine()
         status = self._engine.initialize(host, "P2PHANDSHAKE", protocol, "")
         if status != 0:

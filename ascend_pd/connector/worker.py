@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ascend_pd.connector import messages, side_channel
@@ -13,13 +14,16 @@ from ascend_pd.connector.config import ConnectorConfig
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
-from ascend_pd.connector.routes import LayoutMismatch, check_compatible
+from ascend_pd.connector.peers import Peers
+from ascend_pd.connector.routes import check_compatible
 from ascend_pd.connector.staging import StagingBuffer
 from ascend_pd.connector.tally import TransferTally
-from ascend_pd.connector.transport import BatchResult, Transport, region_limit
+from ascend_pd.connector.transport import BatchResult, TransferFailed, Transport, region_limit
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
 
 logger = logging.getLogger(__name__)
+
+_ENGINE_GRACE_S = 5.0  # beyond the engine's own timeout, before a batch is given up as lost
 
 
 class WorkerSide:
@@ -46,11 +50,14 @@ class WorkerSide:
         self._staging_bytes = staging_bytes
         self.stats = TransferTally()
         self.lock = threading.Lock()
-        self._peer_meta: dict[tuple[str, int], messages.AgentMetadata] = {}
+        self.peers = Peers(config)
         self.device = CacheDevice.host()
         # Transfer jobs queue layout kernels and wait for them: each thread must work on the caches' device.
         self.jobs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-job",
                                        initializer=lambda: self.device.bind_thread())
+        # Notices a peer only needs to hear (a read is done, a push is done) go out here, never on a job thread,
+        # so a silent peer delays no request's transfer.
+        self.notices = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-notify")
         # Prefill: requests the scheduler holds for a transfer -> monotonic deadline; and those fully served.
         self.held: dict[str, float] = {}
         self.served: set[str] = set()
@@ -67,7 +74,7 @@ class WorkerSide:
         self.block_size = self.planes[0].block_size
         for index, plane in enumerate(self.planes):
             self.layer_planes.setdefault(plane.layer, []).append(index)
-        self.transport = Transport(self.host, self.config.protocol)
+        self.transport = Transport(self.host, self.config.protocol, self.config.transfer_timeout_s)
         self.transport.register(registration_regions(self.planes), limit=region_limit(self.config.protocol))
         if self.needs_staging():
             self.staging = StagingBuffer(self._staging_bytes, self.transport, like=self.planes[0].tensor)
@@ -84,18 +91,18 @@ class WorkerSide:
         return not self.heads_outer and not self.plan.is_mla and self.config.prefill.tp_size < self.config.decode.tp_size \
             and self.plan.num_kv_heads > self.config.prefill.tp_size
 
-    def peer_metadata(self, peer: RemotePeer, rank: int) -> messages.AgentMetadata:
+    def peer_metadata(self, peer: RemotePeer, rank: int, deadline: float) -> messages.AgentMetadata:
         """A prefill rank's metadata, fetched once over the side channel; checks the caches can pair up."""
-        key = (peer.engine_id, rank)
-        if key not in self._peer_meta:
-            reply = side_channel.request(peer.host, peer.port + rank, messages.GetMeta(),
-                                         retries=self.config.handshake_retries, timeout_s=self.config.handshake_timeout_s,
-                                         backoff_s=self.config.handshake_backoff_s)
-            if not isinstance(reply, messages.AgentMetadata):
-                raise LayoutMismatch(f"{peer.host}:{peer.port + rank} refused the handshake: {reply}")
-            check_compatible(reply.planes, self.metadata.planes, reply.block_size, self.block_size)
-            self._peer_meta[key] = reply
-        return self._peer_meta[key]
+        return self.peers.metadata(peer.host, peer.port + rank, deadline, lambda reply: check_compatible(
+            reply.planes, self.metadata.planes, reply.block_size, self.block_size))
+
+    def result(self, batch: Future[BatchResult], peer: str) -> BatchResult:
+        """A transfer batch's result; the engine ends a batch within its own timeout, this waits a little longer."""
+        try:
+            return batch.result(timeout=self.transport.timeout_s + _ENGINE_GRACE_S)
+        except FutureTimeout:
+            raise TransferFailed(f"a batch with {peer} outlived the Transfer Engine's "
+                                 f"{self.transport.timeout_s:g} s timeout (transfer_timeout_s)") from None
 
     def _handle(self, message: messages.Request) -> messages.Reply:
         if isinstance(message, messages.GetMeta):
@@ -106,10 +113,10 @@ class WorkerSide:
         return messages.Refused(reason=f"{type(message).__name__} is not used in {self.config.mode} mode")
 
     def notify(self, host: str, port: int, message: messages.Request) -> bool:
-        """Send a notice to a peer; False (logged) if it cannot be delivered."""
+        """Send a notice to a peer; False (logged) if it cannot be delivered within kv_load_timeout_s (a peer that
+        does not hear it frees or gives up on its own timeout)."""
         try:
-            reply = side_channel.request(host, port, message, retries=self.config.handshake_retries, timeout_s=self.config.handshake_timeout_s,
-                                         backoff_s=self.config.handshake_backoff_s)
+            reply = self.peers.ask(host, port, message, deadline=time.monotonic() + self.config.kv_load_timeout_s)
         except side_channel.PeerUnreachable as error:
             logger.warning("AscendPD: %s not delivered: %s", type(message).__name__, error)
             return False
@@ -178,6 +185,8 @@ class WorkerSide:
     def shutdown(self) -> None:
         if self.server is not None:
             self.server.stop()
-        self.jobs.shutdown(wait=True, cancel_futures=True)
+        # Jobs end within their deadlines; the engine's shutdown does not wait on a peer for them.
+        self.jobs.shutdown(wait=False, cancel_futures=True)
+        self.notices.shutdown(wait=False, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()

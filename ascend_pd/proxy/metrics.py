@@ -61,6 +61,9 @@ class ProxyMetrics:
                                         ["role", "backend"], registry=r)
         self.retries = Counter("ascend_pd_proxy_retries", "retries: 'prefill' on another P, 'pair' re-prefill",
                                ["kind"], registry=r)
+        self.handoff_failures = Counter("ascend_pd_proxy_handoff_failures",
+                                        "requests D failed after a KV handoff (retried with a fresh prefill, on "
+                                        "another P where one is left)", ["prefill", "decode"], registry=r)
         self.prefill_without_kv = Counter("ascend_pd_proxy_prefill_without_kv_params",
                                           "pull: P answers without kv_transfer_params, by what the proxy did: "
                                           "'answered' (P's answer was the whole answer), 'recomputed' (D "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
 import random
 import socket
 import time
@@ -98,6 +99,7 @@ class FakeEngine:
         self._fail_next: list[int] = []
         self._break_after: int | None = None
         self._omit_kv_params = False
+        self.cut_from: set[int] = set()  # ports of P engines whose KV this D cannot reach
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     @property
@@ -180,7 +182,7 @@ class FakeEngine:
             await asyncio.sleep(self.behaviour.queue_delay)
             prompt = await self._receive_kv(request, params, prompt)
             if prompt is None:
-                return web.json_response({"error": {"message": "KV never arrived"}}, status=500)
+                return await self._kv_load_failed(request, body)
         else:
             if self.role == "decode":
                 self.recomputes += 1
@@ -203,6 +205,18 @@ class FakeEngine:
         self._omit_kv_params = False
         return answer
 
+    async def _kv_load_failed(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """As vLLM fails a request whose KV load failed under kv_load_failure_policy "fail": a 500, or, streaming,
+        a 200 whose first event is the error."""
+        error = {"error": {"message": "Internal server error", "type": "InternalServerError", "code": 500}}
+        if not body.get("stream"):
+            return web.json_response(error, status=500)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode())
+        await response.write_eof()
+        return response
+
     async def _push_to(self, params: dict[str, Any], prompt: str) -> None:
         url = f"http://{params['remote_host']}:{params['remote_port']}/kv-push/{params['remote_block_ids'][0]}"
         async with self._session.post(url, data=prompt.encode()) as answer:
@@ -219,6 +233,8 @@ class FakeEngine:
         return None
 
     async def _pull_kv(self, params) -> str | None:
+        if params["remote_port"] in self.cut_from:
+            return None  # the link to that P is down: the read fails
         url = f"http://{params['remote_host']}:{params['remote_port']}/kv/{params['remote_block_ids'][0]}"
         try:
             async with self._session.get(url) as answer:

@@ -14,6 +14,7 @@ from ascend_pd.proxy.failures import UpstreamFailure
 from ascend_pd.proxy.settings import Timeouts
 
 ERROR_BODY_LIMIT = 64 * 1024
+STREAMED_ERROR = b'data: {"error"'
 
 
 def make_session(timeouts: Timeouts) -> aiohttp.ClientSession:
@@ -69,16 +70,26 @@ async def post_json(session: aiohttp.ClientSession, backend: Backend, path: str,
 
 
 async def open_answer(session: aiohttp.ClientSession, backend: Backend, path: str, body: dict[str, Any],
-                      headers: dict[str, str], streaming: bool) -> tuple[aiohttp.ClientResponse, bytes]:
-    """Send a request and wait until it has surely started: a 200 and a non-empty first chunk."""
+                      headers: dict[str, str], streaming: bool,
+                      handoff: bool = False) -> tuple[aiohttp.ClientResponse, bytes]:
+    """Send a request and wait until it has surely started: a 200 and a non-empty first chunk. With `handoff`
+    (D given a prefill's KV), an error status does not count against D's breaker: a KV load failed under
+    kv_load_failure_policy "fail" is a 500 whose cause may be P or the link."""
     response = None
     try:
         response = await session.post(backend.target(path), data=msgspec.json.encode(body), headers=headers)
         if response.status != 200:
-            raise _status_failure(backend, response.status, await response.content.read(ERROR_BODY_LIMIT))
+            body = await response.content.read(ERROR_BODY_LIMIT)
+            if handoff:
+                raise UpstreamFailure(backend.url, f"HTTP {response.status}", status=response.status, body=body)
+            raise _status_failure(backend, response.status, body)
         first = await (response.content.readany() if streaming else response.read())
         if not first:
             raise _fault(backend, "answered 200 and then closed without a byte")
+        if streaming and first.lstrip().startswith(STREAMED_ERROR):
+            # vLLM streams a request that failed before its first token (a KV load that failed under
+            # kv_load_failure_policy "fail") as a 200 whose first event is an error: nothing reached the client yet
+            raise UpstreamFailure(backend.url, "failed before its first token", status=500, body=first)
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         if response is not None:
             response.close()

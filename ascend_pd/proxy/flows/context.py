@@ -29,6 +29,8 @@ class RequestContext:
     headers: dict[str, str]  # sent to every backend: X-Request-Id, and the client's Authorization if any
     streaming: bool
     tried: dict[str, set[str]] = field(default_factory=dict)  # role -> URLs that failed this request
+    # role -> URLs picked only when no other backend is left: the pair of a KV handoff that failed this request
+    avoid: dict[str, set[str]] = field(default_factory=dict)
 
 
 class NoCandidate(Exception):
@@ -61,6 +63,9 @@ class FlowEnv:
         candidates = self.pool.candidates(role, ctx.tried.get(role, ()))
         if not candidates:
             raise NoCandidate(role)
+        avoid = ctx.avoid.get(role)
+        if avoid:
+            candidates = [c for c in candidates if c.url not in avoid] or candidates
         backend = self.policies[role].choose(candidates, ctx.route)
         self.metrics.routed_to(role, backend.endpoint.name).inc()
         return backend
@@ -71,6 +76,17 @@ class FlowEnv:
         if failure.is_backend_fault:
             self.metrics.backend_failures.labels(backend.role, backend.endpoint.name).inc()
             log.warning("request %s: %s backend %s failed: %s", ctx.request_id, backend.role, backend.url, failure)
+
+    def handoff_failed(self, prefill: Backend, decode: Backend, ctx: RequestContext,
+                       failure: UpstreamFailure) -> None:
+        """D failed a request after a KV handoff (a KV load failed under kv_load_failure_policy "fail"): the fault
+        may be P's, D's or the link's, so it counts against no breaker, and the next attempt prefers another P
+        and another D where they are left, with fresh kv_transfer_params."""
+        ctx.avoid.setdefault("prefill", set()).add(prefill.url)
+        ctx.avoid.setdefault("decode", set()).add(decode.url)
+        self.metrics.handoff_failures.labels(prefill.endpoint.name, decode.endpoint.name).inc()
+        log.warning("request %s: decode %s failed after the KV handoff from prefill %s: %s", ctx.request_id,
+                    decode.url, prefill.url, failure)
 
     def spawn(self, work: Coroutine | asyncio.Future) -> asyncio.Future:
         """Run work that outlives the client request (a handoff finishing, a P call completing) to its end."""

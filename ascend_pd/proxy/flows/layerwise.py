@@ -31,7 +31,7 @@ async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
     if coordinates.cancelled():  # D ended before asking for KV: an error, or an answer that needed no P
         return await _decode_alone(ctx, env, decoding, decode, lease)
     prefilling = asyncio.ensure_future(prefill_on_any(ctx, env, coordinates.result()))
-    return await first_answer_of_decode(ctx, env, prefilling, decoding, decode, lease)
+    return await first_answer_of_decode(ctx, env, None, prefilling, decoding, decode, lease)
 
 
 async def _decode_alone(ctx, env, decoding, decode, lease) -> Opened:

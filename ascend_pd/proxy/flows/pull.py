@@ -24,7 +24,8 @@ async def pull(ctx: RequestContext, env: FlowEnv) -> Opened:
     body = decode_body(ctx.body, params) if handoff else ctx.body
     decode = env.pick("decode", ctx)
     lease = decode.lease(ctx.route.tokens)
-    opening = asyncio.ensure_future(open_answer(env.session, decode, ctx.path, body, ctx.headers, ctx.streaming))
+    opening = asyncio.ensure_future(open_answer(env.session, decode, ctx.path, body, ctx.headers, ctx.streaming,
+                                                     handoff=handoff))
     try:
         response, first = await asyncio.shield(opening)
     except asyncio.CancelledError:
@@ -38,7 +39,10 @@ async def pull(ctx: RequestContext, env: FlowEnv) -> Opened:
         raise
     except UpstreamFailure as failure:
         lease.release()
-        env.failed(decode, ctx, failure)
+        if handoff and failure.status is not None and failure.status >= 500:
+            env.handoff_failed(prefill, decode, ctx, failure)
+        else:
+            env.failed(decode, ctx, failure)
         # never replay these kv_transfer_params: P may have freed or reused the blocks, so start over
         raise StartOver(failure) if failure.is_backend_fault else failure
     return Opened(response, first, ctx.streaming, [lease])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -65,12 +66,24 @@ def make_worker(spec: dict):
     config = parse_config(role, spec["engine_id"], spec["kv_port"], {
         "mode": spec["mode"], "protocol": "tcp",
         "prefill": {"tp_size": spec["p_tp"], "dp_size": 1}, "decode": {"tp_size": spec["d_tp"], "dp_size": 1},
-        "abort_timeout_s": spec.get("abort_timeout_s", 60), "push_timeout_s": spec.get("push_timeout_s", 60),
+        "abort_timeout_s": spec.get("abort_timeout_s", 60), "kv_load_timeout_s": spec.get("kv_load_timeout_s", 60),
+        "transfer_timeout_s": spec.get("transfer_timeout_s", 30),
         "handshake_retries": spec.get("handshake_retries", 5), "handshake_timeout_s": 1.0})
     worker_class = PullWorker if spec["mode"] == "pull" else PushWorker
     return worker_class(config, "127.0.0.1", spec["tp_rank"], 0, num_kv_heads=spec["num_kv_heads"],
                         is_mla=spec["is_mla"], heads_outer=spec.get("heads_outer", False),
                         staging_bytes=spec.get("staging_bytes", 1 << 20))
+
+
+LONGEST_HOOK_S = [0.0]  # the longest any call vLLM's engine loop makes took: none may wait on a peer
+
+
+def timed(call, *args):
+    started = time.monotonic()
+    try:
+        return call(*args)
+    finally:
+        LONGEST_HOOK_S[0] = max(LONGEST_HOOK_S[0], time.monotonic() - started)
 
 
 def wait_for(worker, request_id: str, which: int, timeout_s: float, metadata=None, on_finished=None) -> float:
@@ -79,8 +92,8 @@ def wait_for(worker, request_id: str, which: int, timeout_s: float, metadata=Non
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         if metadata is not None:
-            worker.on_metadata(metadata)
-        if request_id in worker.get_finished()[which]:
+            timed(worker.on_metadata, metadata)
+        if request_id in timed(worker.get_finished)[which]:
             if on_finished is not None:
                 on_finished()
             return time.monotonic() - started
@@ -107,7 +120,7 @@ def prefill(spec: dict, worker, caches) -> dict:
         worker.save_kv_layer(layer_name(layer), step)
         layer_times.append(time.monotonic())
     worker.wait_for_save(step)
-    worker.on_metadata(AscendPDMetadata(held={request["id"]: spec.get("push_timeout_s", 60)}))
+    worker.on_metadata(AscendPDMetadata(held={request["id"]: spec.get("kv_load_timeout_s", 60)}))
     return {"released_after_s": wait_for(worker, request["id"], 0, spec["wait_s"]), "layer_times": layer_times}
 
 
@@ -122,7 +135,7 @@ def decode(spec: dict, worker, caches) -> dict:
         step = AscendPDMetadata(push_recv=[PushRecv(request["id"], request["transfer_id"], peer,
                                                     request["dst_blocks"], 0)])
     announced = time.monotonic()
-    worker.on_metadata(step)
+    timed(worker.on_metadata, step)
     if not request["dst_blocks"]:  # aborted before allocation: nothing to wait for, P only hears it may free
         time.sleep(2)
         return {"received_after_s": None, "failed_blocks": sorted(worker.take_failed_blocks())}
@@ -131,11 +144,24 @@ def decode(spec: dict, worker, caches) -> dict:
     seconds = wait_for(worker, request["id"], 1, spec["wait_s"], on_finished=lambda: seen.update(
         {layer: tuple(plane.clone() for plane in planes) for layer, planes in caches.items()}))
     return {"received_after_s": seconds, "received_at": announced + seconds, "caches": seen,
-            "failed_blocks": sorted(worker.take_failed_blocks())}
+            "failed_blocks": sorted(worker.take_failed_blocks()), "longest_hook_s": LONGEST_HOOK_S[0]}
+
+
+def black_hole(spec: dict) -> None:
+    """A prefill host that takes TCP connections on its side-channel port and never says a word, as a peer behind
+    a firewall that drops replies, or a wedged process, looks to D."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", spec["kv_port"] + spec["tp_rank"]))
+    listener.listen(64)
+    print("ready", flush=True)
+    time.sleep(spec["wait_s"])
 
 
 def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
+    if spec.get("black_hole"):
+        return black_hole(spec)
     worker = make_worker(spec)
     push_prefill = spec["role"] == "prefill" and spec["mode"] == "push"
     caches = build_caches(spec, filled=spec["role"] == "prefill" and not (push_prefill and "npu_device" in spec))

@@ -105,7 +105,7 @@ def test_dead_prefill_peer_becomes_a_load_error_not_a_hang(tmp_path):
 def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tmp_path, mode):
     """Stale or corrupted kv_transfer_params name a block the peer does not have (the caches hold 12)."""
     key = "src_blocks" if mode == "pull" else "dst_blocks"
-    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, common={"push_timeout_s": 30},
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, common={"kv_load_timeout_s": 30},
                             **{key: (3, 4, 5, 9, 40)})
     prefill_results, (result,) = run(tmp_path, prefill, decode)
     assert result["received_after_s"] < 20
@@ -114,8 +114,8 @@ def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tm
     assert_prefill_released(prefill_results)
 
 
-def test_prefill_dying_mid_push_becomes_a_load_error_after_the_push_timeout(tmp_path):
-    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, common={"push_timeout_s": 4},
+def test_prefill_dying_mid_push_becomes_a_load_error_after_the_kv_load_timeout(tmp_path):
+    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, common={"kv_load_timeout_s": 4},
                             prefill={"die_at_layer": 1, "layer_compute_s": 0.5})
     _, decode_results = run(tmp_path, prefill, decode)
     (result,) = decode_results
@@ -135,7 +135,7 @@ def test_prefill_frees_blocks_after_the_abort_timeout_when_no_decode_comes(tmp_p
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_request_aborted_on_decode_before_allocation_releases_prefill_blocks(tmp_path, mode):
     prefill, decode = specs(tmp_path, mode=mode, p_tp=2, d_tp=1, dst_blocks=(), common={"abort_timeout_s": 60,
-                                                                                         "push_timeout_s": 60})
+                                                                                         "kv_load_timeout_s": 60})
     prefill_results, _ = run(tmp_path, prefill, decode)
     for result in prefill_results:
         assert result["released_after_s"] < 30  # told by D, long before the 60 s timeouts
@@ -144,8 +144,21 @@ def test_request_aborted_on_decode_before_allocation_releases_prefill_blocks(tmp
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_different_block_sizes_fail_the_handshake_with_a_clear_message(tmp_path, mode):
     prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, decode={"block_size": 32},
-                            common={"push_timeout_s": 30})
+                            common={"kv_load_timeout_s": 30})
     _, (result,) = run(tmp_path, prefill, decode)
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert result["received_after_s"] < 20
     assert "prefill block size 16 != decode block size 32" in log_of(tmp_path, decode[0])
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_a_silent_prefill_is_a_load_error_at_the_kv_load_timeout_and_never_stalls_the_engine_loop(tmp_path, mode):
+    """P's side-channel port takes connections and never answers. Its handshake alone (20 tries of 1 s) would
+    outlast kv_load_timeout_s: the deadline ends the wait, and no call of vLLM's engine loop waits on P."""
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=2, d_tp=1, prefill={"black_hole": True},
+                            common={"kv_load_timeout_s": 4, "handshake_retries": 20})
+    _, (result,) = run(tmp_path, prefill, decode)
+    assert 3.5 <= result["received_after_s"] < 10, result["received_after_s"]
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+    assert result["longest_hook_s"] < 0.5, result["longest_hook_s"]
+    assert f"127.0.0.1:{prefill[0]['kv_port']}" in log_of(tmp_path, decode[0])  # the error names the peer

@@ -189,3 +189,25 @@ async def test_layerwise_prefill_failure_is_retried_on_another_prefill_for_the_s
     assert len(rig.decodes[0].received) == 1
     first, second = rig.prefills[0].received[0], rig.prefills[1].received[0]
     assert first["kv_transfer_params"] == second["kv_transfer_params"]  # D's coordinates, passed on unchanged
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_failed_kv_handoff_is_retried_with_a_fresh_prefill_on_another_prefill(rig, stream):
+    """D cannot reach one P's KV (a firewalled link) and fails such requests as vLLM does under
+    kv_load_failure_policy "fail": a 500, or a stream whose first event is the error. The proxy prefills again on
+    the other P, never hands D the same kv_transfer_params twice, and blames no backend for it."""
+    await rig.start(prefills=2, decodes=1, prefill_policy="round-robin")
+    cut, reachable = rig.prefills
+    decode = rig.decodes[0]
+    decode.cut_from.add(cut.port)
+    for _ in range(6):
+        status, body = await rig.post({**BODY, "stream": stream})
+        assert status == 200 and b'"error"' not in body
+    handed_over = [b["kv_transfer_params"]["remote_block_ids"][0] for b in decode.received]
+    assert len(handed_over) == len(set(handed_over))
+    assert served_by(cut) >= 1 and served_by(decode) == 6 + served_by(cut)  # each cut handoff: one more D call
+    metrics = await rig.metrics()
+    handoff_failures = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                           if line.startswith("ascend_pd_proxy_handoff_failures_total{"))
+    assert handoff_failures == served_by(cut)
+    assert "ascend_pd_proxy_backend_failures_total{" not in metrics  # no backend was blamed for it

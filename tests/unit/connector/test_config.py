@@ -33,6 +33,10 @@ def test_defaults_are_pull_over_tcp():
     ("kv_producer", {**SHAPES, "abort_timeout_s": -1}, "kv_connector_extra_config.abort_timeout_s"),
     ("kv_producer", {**SHAPES, "idle_step_pause_ms": -1}, "kv_connector_extra_config.idle_step_pause_ms"),
     ("kv_producer", {**SHAPES, "idle_step_pause_ms": "2"}, "kv_connector_extra_config.idle_step_pause_ms"),
+    ("kv_consumer", {**SHAPES, "push_timeout_s": 60}, "kv_connector_extra_config.push_timeout_s"),
+    ("kv_consumer", {**SHAPES, "kv_load_timeout_s": 0}, "kv_connector_extra_config.kv_load_timeout_s"),
+    ("kv_consumer", {**SHAPES, "transfer_timeout_s": 2}, "kv_connector_extra_config.transfer_timeout_s"),
+    ("kv_consumer", {**SHAPES, "peer_backoff_s": "soon"}, "kv_connector_extra_config.peer_backoff_s"),
 ])
 def test_bad_settings_name_their_field(role, extra, field):
     with pytest.raises(InputError) as error:

@@ -55,6 +55,15 @@ def test_an_unreachable_peer_raises_after_the_retries_instead_of_hanging():
     assert time.monotonic() - started < 5
 
 
+def test_many_retries_stay_a_bounded_wait_because_the_backoff_stops_doubling(monkeypatch):
+    """Eight retries from a 0.5 s backoff would pause 127.5 s if it kept doubling; capped (here at 0.1 s), 0.8 s."""
+    monkeypatch.setattr(side_channel, "_MAX_BACKOFF_S", 0.1)
+    started = time.monotonic()
+    with pytest.raises(side_channel.PeerUnreachable, match="9 tries"):
+        side_channel.request("127.0.0.1", free_port(), messages.GetMeta(), timeout_s=0.05, retries=8, backoff_s=0.5)
+    assert time.monotonic() - started < 3
+
+
 def test_a_taken_port_is_a_clear_error_naming_it():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
