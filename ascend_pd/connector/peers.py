@@ -26,11 +26,14 @@ class Peers:
         self._handshakes: defaultdict[Address, threading.Lock] = defaultdict(threading.Lock)
         self._lock = threading.Lock()
 
-    def ask(self, host: str, port: int, message: messages.Request, deadline: float | None = None) -> messages.Reply:
+    def ask(self, host: str, port: int, message: messages.Request, deadline: float | None = None,
+            even_if_down: bool = False) -> messages.Reply:
+        """Send a message and wait for its reply; `even_if_down` tries a peer marked down too (a notice that lets
+        it free blocks is worth a try off the request path)."""
         address = (host, port)
         with self._lock:
             until = self._down_until.get(address, 0.0)
-        if until > time.monotonic():
+        if until > time.monotonic() and not even_if_down:
             raise PeerUnreachable(f"{host}:{port} did not answer a moment ago; not asked again for "
                                   f"{until - time.monotonic():.1f} s (peer_backoff_s={self.config.peer_backoff_s:g})")
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -10,12 +11,31 @@ from collections.abc import Callable
 import zmq
 
 from ascend_pd.connector import messages
+from ascend_pd.connector.cpus import spread_threads, unpin_current_thread
 from ascend_pd.errors import InputError
 
 logger = logging.getLogger(__name__)
 
 _POLL_MS = 100  # how often the server thread checks for shutdown
 _MAX_BACKOFF_S = 2.0  # the doubling pause between tries stops growing here, so many retries stay a bounded wait
+
+
+_context: zmq.Context | None = None
+_context_pid = 0
+_context_lock = threading.Lock()
+
+
+def _connector_context() -> zmq.Context:
+    """The connector's own ZMQ context (one per process), whose I/O thread may run on every usable CPU: one started
+    by vLLM's main thread would share its pinned core (cpus.py)."""
+    global _context, _context_pid
+    with _context_lock:
+        if _context is None or _context.closed or _context_pid != os.getpid():
+            with spread_threads():
+                _context = zmq.Context()
+                _context.socket(zmq.REQ).close(linger=0)  # libzmq starts its I/O thread with the first socket
+            _context_pid = os.getpid()
+        return _context
 
 
 class PeerUnreachable(Exception):
@@ -32,8 +52,7 @@ class SideChannelServer:
     def __init__(self, host: str, port: int, handler: Callable[[messages.Request], messages.Reply]):
         self.host, self.port = host, port
         self._handler = handler
-        self._context = zmq.Context.instance()
-        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket = _connector_context().socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
         try:
             self._socket.bind(f"tcp://{host}:{port}")
@@ -48,6 +67,7 @@ class SideChannelServer:
         self._thread.start()
 
     def _serve(self) -> None:
+        unpin_current_thread()
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
         while not self._stopping.is_set():
@@ -71,7 +91,7 @@ def request(host: str, port: int, message: messages.Request, *, timeout_s: float
             backoff_s: float = 0.2, deadline: float | None = None) -> messages.Reply:
     """Send one message and wait for the reply, retrying with a doubling backoff (at most _MAX_BACKOFF_S); raise
     PeerUnreachable at the end, or as soon as the monotonic `deadline` has passed (no try outlives it)."""
-    context = zmq.Context.instance()
+    context = _connector_context()
     payload = messages.encode(message)
     delay = min(backoff_s, _MAX_BACKOFF_S)
     tries = silent = 0

@@ -11,6 +11,7 @@ from typing import Any
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.config import ConnectorConfig
+from ascend_pd.connector.cpus import spread_threads, unpin_current_thread
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
@@ -52,12 +53,14 @@ class WorkerSide:
         self.lock = threading.Lock()
         self.peers = Peers(config)
         self.device = CacheDevice.host()
-        # Transfer jobs queue layout kernels and wait for them: each thread must work on the caches' device.
+        # Transfer jobs queue layout kernels and wait for them: each thread must work on the caches' device. Like
+        # every connector thread, they leave the core vLLM pinned its main thread to (cpus.py).
         self.jobs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-job",
-                                       initializer=lambda: self.device.bind_thread())
+                                       initializer=self._start_job_thread)
         # Notices a peer only needs to hear (a read is done, a push is done) go out here, never on a job thread,
         # so a silent peer delays no request's transfer.
-        self.notices = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-notify")
+        self.notices = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-notify",
+                                          initializer=unpin_current_thread)
         # Prefill: requests the scheduler holds for a transfer -> monotonic deadline; and those fully served.
         self.held: dict[str, float] = {}
         self.served: set[str] = set()
@@ -67,9 +70,17 @@ class WorkerSide:
         self._current: AscendPDMetadata | None = None
         self.server: side_channel.SideChannelServer | None = None
 
+    def _start_job_thread(self) -> None:
+        unpin_current_thread()
+        self.device.bind_thread()
+
     # ---- registration and handshakes ----
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
         self.device = CacheDevice.of_current_thread()  # vLLM calls this on the worker thread bound to its NPU
+        with spread_threads():  # the Transfer Engine's and the side channel's threads start unpinned
+            self._register(kv_caches)
+
+    def _register(self, kv_caches: dict[str, Any]) -> None:
         self.planes = cache_planes(kv_caches, self.heads_outer, self.manager_block_size)
         self.block_size = self.planes[0].block_size
         for index, plane in enumerate(self.planes):
@@ -113,10 +124,11 @@ class WorkerSide:
         return messages.Refused(reason=f"{type(message).__name__} is not used in {self.config.mode} mode")
 
     def notify(self, host: str, port: int, message: messages.Request) -> bool:
-        """Send a notice to a peer; False (logged) if it cannot be delivered within kv_load_timeout_s (a peer that
-        does not hear it frees or gives up on its own timeout)."""
+        """Send a notice to a peer, even one marked down (a prefill that hears it frees its blocks now instead of
+        after abort_timeout_s); False (logged) if it cannot be delivered within kv_load_timeout_s."""
         try:
-            reply = self.peers.ask(host, port, message, deadline=time.monotonic() + self.config.kv_load_timeout_s)
+            reply = self.peers.ask(host, port, message, deadline=time.monotonic() + self.config.kv_load_timeout_s,
+                                   even_if_down=True)
         except side_channel.PeerUnreachable as error:
             logger.warning("AscendPD: %s not delivered: %s", type(message).__name__, error)
             return False

