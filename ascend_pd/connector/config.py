@@ -93,6 +93,22 @@ def _renamed(extra: dict) -> None:
                     "bounds pull as well as push", "rename push_timeout_s to kv_load_timeout_s")
 
 
+# How much longer than the Transfer Engine's own timeout a batch is waited for before it is given up as lost.
+ENGINE_GRACE_S = 5.0
+
+
+def _load_timeout(extra: dict, mode: str, transfer_timeout_s: float) -> float:
+    value = _positive_float(extra, "kv_load_timeout_s", ConnectorConfig.kv_load_timeout_s)
+    longest_write = transfer_timeout_s + ENGINE_GRACE_S
+    if mode == "push" and value <= longest_write:
+        # P starts no write that could still be landing when D gives up and hands the blocks to a recompute
+        raise _fail("kv_connector_extra_config.kv_load_timeout_s",
+                    f"{value:g} s leaves a push no time to write: one write may take transfer_timeout_s + "
+                    f"{ENGINE_GRACE_S:g} s = {longest_write:g} s",
+                    f"set kv_load_timeout_s above {longest_write:g}, or lower transfer_timeout_s (5 at least)")
+    return value
+
+
 def _transfer_timeout(extra: dict) -> float:
     value = _positive_float(extra, "transfer_timeout_s", ConnectorConfig.transfer_timeout_s)
     if value < 5:  # Mooncake raises a smaller MC_TRANSFER_TIMEOUT to 5 s; say so rather than wait longer than asked
@@ -139,15 +155,16 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
     port = _positive_int(kv_port, "kv_port")
     if port > 65535:
         raise _fail("kv_port", f"port {port} is above 65535", "pick a kv_port below 65536 - dp*tp")
+    transfer_timeout_s = _transfer_timeout(extra)
     return ConnectorConfig(
         role=ROLES[kv_role], mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
         prefill=_shape(extra, "prefill"), decode=_shape(extra, "decode"),
         abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
-        kv_load_timeout_s=_positive_float(extra, "kv_load_timeout_s", ConnectorConfig.kv_load_timeout_s),
+        kv_load_timeout_s=_load_timeout(extra, mode, transfer_timeout_s),
         handshake_retries=_positive_int(extra.get("handshake_retries", ConnectorConfig.handshake_retries),
                                         "kv_connector_extra_config.handshake_retries"),
         handshake_timeout_s=_positive_float(extra, "handshake_timeout_s", ConnectorConfig.handshake_timeout_s),
-        transfer_timeout_s=_transfer_timeout(extra),
+        transfer_timeout_s=transfer_timeout_s,
         peer_backoff_s=_positive_float(extra, "peer_backoff_s", ConnectorConfig.peer_backoff_s),
         idle_step_pause_s=_pause_seconds(extra),
     )

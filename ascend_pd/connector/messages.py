@@ -47,6 +47,9 @@ class PushReady(msgspec.Struct, tag=True):
     dst: AgentMetadata
     dst_host: str
     dst_port: int  # the decode rank's side-channel port, for the PushDone notice
+    # Seconds from sending until the decode rank gives up on this transfer and hands its blocks to a recompute
+    # (None: no bound). P starts no write that could land after it.
+    expires_in_s: float | None = None
 
 
 class PushDone(msgspec.Struct, tag=True):

@@ -15,7 +15,8 @@ from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
 from ascend_pd.connector.routes import (LayoutMismatch, check_block_ids, check_compatible, direct_copies, route,
                                        transpose_split)
-from ascend_pd.connector.transport import Span
+from ascend_pd.connector.transport import Span, TransferFailed
+from ascend_pd.connector.config import ENGINE_GRACE_S
 from ascend_pd.connector.worker import WorkerSide
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ class _Target:
     """One decode rank this prefill rank writes to for a transfer."""
 
     ready: messages.PushReady | None = None
+    write_by: float = float("inf")  # monotonic: the last moment a write may start and still end before D gives up
     pending: list[_Job] = field(default_factory=list)  # layers computed but not yet handed to a write
     draining: bool = False
     writes: list[Future] = field(default_factory=list)
@@ -95,8 +97,8 @@ class PushWorker(WorkerSide):
                 else:
                     early = []
                 out.block_ids = send.block_ids
-            for _, ready in early:
-                self._attach(out, ready)
+            for received, ready in early:
+                self._attach(out, ready, received)
         for recv in metadata.push_recv:
             self._expect(recv)
 
@@ -153,10 +155,10 @@ class PushWorker(WorkerSide):
             if out is None:  # D was faster than P's scheduler: keep it until the request shows up
                 self._early.setdefault(message.transfer_id, []).append((time.monotonic(), message))
                 return refusal or messages.Ack()
-        reply = self._attach(out, message)
+        reply = self._attach(out, message, time.monotonic())
         return refusal or reply
 
-    def _attach(self, out: _Outgoing, ready: messages.PushReady) -> messages.Reply:
+    def _attach(self, out: _Outgoing, ready: messages.PushReady, received: float) -> messages.Reply:
         rank = ready.dst.tp_rank
         with self.lock:
             target = out.targets.get(rank)
@@ -164,6 +166,8 @@ class PushWorker(WorkerSide):
                 return messages.Refused(reason=f"prefill rank {self.tp_rank} sends nothing to decode rank {rank} "
                                                f"for transfer {out.transfer_id}")
             target.ready = ready
+            if ready.expires_in_s is not None:  # a write lasts at most the engine's timeout and our grace on it
+                target.write_by = received + ready.expires_in_s - self.transport.timeout_s - ENGINE_GRACE_S
             if ready.block_ids:
                 self._queue_writes(out, rank, target, out.jobs)
         self._maybe_finalize(out, rank)
@@ -184,6 +188,10 @@ class PushWorker(WorkerSide):
                 if not jobs:
                     target.draining = False
                     return
+            if time.monotonic() > target.write_by:
+                # D gives up on the transfer before such a write could end, and hands its blocks to a recompute
+                raise TransferFailed(f"too late to write to decode rank {rank}: it gives up on transfer "
+                                     f"{out.transfer_id} before a write started now could end")
             self._write(out, rank, target.ready, jobs)
 
     def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> None:
@@ -273,22 +281,24 @@ class PushWorker(WorkerSide):
     def _expect(self, recv: PushRecv) -> None:
         reads = self.plan.reads(self.tp_rank, recv.transfer_id)
         senders = {read.src_rank for read in reads}
+        now = time.monotonic()
+        deadline = now + self.config.kv_load_timeout_s
         if recv.local_block_ids:
-            now = time.monotonic()
             incoming = _Incoming(recv.request_id, recv.transfer_id, recv.peer.describe(), recv.local_block_ids,
-                                 senders, deadline=now + self.config.kv_load_timeout_s, taken_up=now)
+                                 senders, deadline=deadline, taken_up=now)
             with self.lock:
                 self._incoming[recv.transfer_id] = incoming
         ready = messages.PushReady(transfer_id=recv.transfer_id, block_ids=recv.local_block_ids,
                                    first_block=recv.first_block, dst=self.metadata, dst_host=self.host,
                                    dst_port=self.port)
         for sender in sorted(senders):
-            self.jobs.submit(self._announce, recv, sender, ready)
+            self.jobs.submit(self._announce, recv, sender, ready, deadline)
 
-    def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady) -> None:
+    def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady, deadline: float) -> None:
+        if ready.block_ids:
+            ready = msgspec.structs.replace(ready, expires_in_s=max(0.0, deadline - time.monotonic()))
         try:
-            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender, ready,
-                                   deadline=time.monotonic() + self.config.kv_load_timeout_s)
+            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender, ready, deadline=deadline)
         except side_channel.PeerUnreachable as error:
             reply = messages.Refused(reason=str(error))
         if isinstance(reply, messages.Refused) and ready.block_ids:

@@ -10,8 +10,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ascend_pd.connector import messages, side_channel
-from ascend_pd.connector.config import ConnectorConfig
-from ascend_pd.connector.cpus import spread_threads, unpin_current_thread
+from ascend_pd.connector.config import ENGINE_GRACE_S, ConnectorConfig
+from ascend_pd.connector.cpus import shared_cores_warning, spread_threads, unpin_current_thread
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
@@ -23,8 +23,6 @@ from ascend_pd.connector.transport import BatchResult, TransferFailed, Transport
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
 
 logger = logging.getLogger(__name__)
-
-_ENGINE_GRACE_S = 5.0  # beyond the engine's own timeout, before a batch is given up as lost
 
 
 class WorkerSide:
@@ -79,6 +77,9 @@ class WorkerSide:
         self.device = CacheDevice.of_current_thread()  # vLLM calls this on the worker thread bound to its NPU
         with spread_threads():  # the Transfer Engine's and the side channel's threads start unpinned
             self._register(kv_caches)
+        crowded = shared_cores_warning()
+        if crowded:
+            logger.warning("AscendPD worker %s rank %d: %s", self.config.engine_id, self.tp_rank, crowded)
 
     def _register(self, kv_caches: dict[str, Any]) -> None:
         self.planes = cache_planes(kv_caches, self.heads_outer, self.manager_block_size)
@@ -110,7 +111,7 @@ class WorkerSide:
     def result(self, batch: Future[BatchResult], peer: str) -> BatchResult:
         """A transfer batch's result; the engine ends a batch within its own timeout, this waits a little longer."""
         try:
-            return batch.result(timeout=self.transport.timeout_s + _ENGINE_GRACE_S)
+            return batch.result(timeout=self.transport.timeout_s + ENGINE_GRACE_S)
         except FutureTimeout:
             raise TransferFailed(f"a batch with {peer} outlived the Transfer Engine's "
                                  f"{self.transport.timeout_s:g} s timeout (transfer_timeout_s)") from None

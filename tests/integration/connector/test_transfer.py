@@ -105,8 +105,8 @@ def test_dead_prefill_peer_becomes_a_load_error_not_a_hang(tmp_path):
 def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tmp_path, mode):
     """Stale or corrupted kv_transfer_params name a block the peer does not have (the caches hold 12)."""
     key = "src_blocks" if mode == "pull" else "dst_blocks"
-    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, common={"kv_load_timeout_s": 30},
-                            **{key: (3, 4, 5, 9, 40)})
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1,
+                            common={"kv_load_timeout_s": 30, "transfer_timeout_s": 5}, **{key: (3, 4, 5, 9, 40)})
     prefill_results, (result,) = run(tmp_path, prefill, decode)
     assert result["received_after_s"] < 20
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
@@ -115,13 +115,14 @@ def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tm
 
 
 def test_prefill_dying_mid_push_becomes_a_load_error_after_the_kv_load_timeout(tmp_path):
-    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, common={"kv_load_timeout_s": 4},
+    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1,
+                            common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5},
                             prefill={"die_at_layer": 1, "layer_compute_s": 0.5})
     _, decode_results = run(tmp_path, prefill, decode)
     (result,) = decode_results
-    # The 4 s run from whichever D saw first: its own request, or P's first layer report, which can arrive a moment
-    # before D's request is announced. Failing early (not waiting for the timeout) would land well under 3.5 s.
-    assert 3.5 <= result["received_after_s"] < 30, result["received_after_s"]
+    # The 11 s run from whichever D saw first: its own request, or P's first layer report, which can arrive a moment
+    # before D's request is announced. Failing early (not waiting for the timeout) would land well under 10.5 s.
+    assert 10.5 <= result["received_after_s"] < 30, result["received_after_s"]
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert "not every prefill rank reported" in log_of(tmp_path, decode[0])
 
@@ -144,7 +145,7 @@ def test_request_aborted_on_decode_before_allocation_releases_prefill_blocks(tmp
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_different_block_sizes_fail_the_handshake_with_a_clear_message(tmp_path, mode):
     prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, decode={"block_size": 32},
-                            common={"kv_load_timeout_s": 30})
+                            common={"kv_load_timeout_s": 30, "transfer_timeout_s": 5})
     _, (result,) = run(tmp_path, prefill, decode)
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert result["received_after_s"] < 20
@@ -156,9 +157,25 @@ def test_a_silent_prefill_is_a_load_error_at_the_kv_load_timeout_and_never_stall
     """P's side-channel port takes connections and never answers. Its handshake alone (20 tries of 1 s) would
     outlast kv_load_timeout_s: the deadline ends the wait, and no call of vLLM's engine loop waits on P."""
     prefill, decode = specs(tmp_path, mode=mode, p_tp=2, d_tp=1, prefill={"black_hole": True},
-                            common={"kv_load_timeout_s": 4, "handshake_retries": 20})
+                            common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5, "handshake_retries": 20})
     _, (result,) = run(tmp_path, prefill, decode)
-    assert 3.5 <= result["received_after_s"] < 10, result["received_after_s"]
+    assert 10.5 <= result["received_after_s"] < 18, result["received_after_s"]
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert result["longest_hook_s"] < 0.5, result["longest_hook_s"]
     assert f"127.0.0.1:{prefill[0]['kv_port']}" in log_of(tmp_path, decode[0])  # the error names the peer
+
+
+def test_a_push_that_could_land_after_decode_gave_up_is_never_written(tmp_path):
+    """P starts prefilling 4 s after D announced its blocks; D gives up at 11 s and a write may take 5 + 5 s, so any
+    write P starts after the first second could still be landing when vLLM hands the blocks to a recompute. P
+    writes nothing and says so; D's blocks keep the sentinel they held."""
+    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, prefill={"prefill_start_delay_s": 4},
+                            common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5})
+    prefill_results, (result,) = run(tmp_path, prefill, decode)
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+    assert result["received_after_s"] < 10.5  # P's "failed" notice, not D's own timeout
+    for planes in result["caches"].values():
+        for plane in planes:
+            assert (plane[list(decode[0]["request"]["dst_blocks"])] == -7).all()
+    assert "too late to write" in log_of(tmp_path, prefill[0])
+    assert_prefill_released(prefill_results)

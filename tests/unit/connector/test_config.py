@@ -37,6 +37,9 @@ def test_defaults_are_pull_over_tcp():
     ("kv_consumer", {**SHAPES, "kv_load_timeout_s": 0}, "kv_connector_extra_config.kv_load_timeout_s"),
     ("kv_consumer", {**SHAPES, "transfer_timeout_s": 2}, "kv_connector_extra_config.transfer_timeout_s"),
     ("kv_consumer", {**SHAPES, "peer_backoff_s": "soon"}, "kv_connector_extra_config.peer_backoff_s"),
+    # a push write may take transfer_timeout_s + 5 s: D must wait longer than that
+    ("kv_consumer", {**SHAPES, "mode": "push", "kv_load_timeout_s": 10, "transfer_timeout_s": 5},
+     "kv_connector_extra_config.kv_load_timeout_s"),
 ])
 def test_bad_settings_name_their_field(role, extra, field):
     with pytest.raises(InputError) as error:

