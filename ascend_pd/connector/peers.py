@@ -26,7 +26,8 @@ class Peers:
         self._handshakes: defaultdict[Address, threading.Lock] = defaultdict(threading.Lock)
         self._lock = threading.Lock()
 
-    def ask(self, host: str, port: int, message: messages.Request, deadline: float | None = None,
+    def ask(self, host: str, port: int, message: messages.Request | Callable[[], messages.Request],
+            deadline: float | None = None,
             even_if_down: bool = False) -> messages.Reply:
         """Send a message and wait for its reply; `even_if_down` tries a peer marked down too (a notice that lets
         it free blocks is worth a try off the request path)."""

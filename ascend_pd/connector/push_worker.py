@@ -12,11 +12,11 @@ import msgspec
 
 from ascend_pd import kernels
 from ascend_pd.connector import messages, side_channel
+from ascend_pd.connector.config import ENGINE_GRACE_S
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
 from ascend_pd.connector.routes import (LayoutMismatch, check_block_ids, check_compatible, direct_copies, route,
                                        transpose_split)
 from ascend_pd.connector.transport import Span, TransferFailed
-from ascend_pd.connector.config import ENGINE_GRACE_S
 from ascend_pd.connector.worker import WorkerSide
 
 logger = logging.getLogger(__name__)
@@ -274,8 +274,8 @@ class PushWorker(WorkerSide):
             for rank, target in out.targets.items():
                 if target.ready is not None and target.ready.block_ids:
                     self.notices.submit(self.notify, target.ready.dst_host, target.ready.dst_port,
-                                          messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank,
-                                                            ok=False))
+                                        messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank,
+                                                          ok=False))
 
     # ---- decode side ----
     def _expect(self, recv: PushRecv) -> None:
@@ -295,10 +295,12 @@ class PushWorker(WorkerSide):
             self.jobs.submit(self._announce, recv, sender, ready, deadline)
 
     def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady, deadline: float) -> None:
-        if ready.block_ids:
-            ready = msgspec.structs.replace(ready, expires_in_s=max(0.0, deadline - time.monotonic()))
+        def with_time_left() -> messages.PushReady:  # taken afresh by every try of the side channel
+            return msgspec.structs.replace(ready, expires_in_s=max(0.0, deadline - time.monotonic()))
+
         try:
-            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender, ready, deadline=deadline)
+            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender,
+                                   with_time_left if ready.block_ids else ready, deadline=deadline)
         except side_channel.PeerUnreachable as error:
             reply = messages.Refused(reason=str(error))
         if isinstance(reply, messages.Refused) and ready.block_ids:

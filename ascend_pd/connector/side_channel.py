@@ -87,12 +87,15 @@ class SideChannelServer:
         self._thread.join(timeout=5)
 
 
-def request(host: str, port: int, message: messages.Request, *, timeout_s: float = 5.0, retries: int = 5,
-            backoff_s: float = 0.2, deadline: float | None = None) -> messages.Reply:
+def request(host: str, port: int, message: messages.Request | Callable[[], messages.Request], *,
+            timeout_s: float = 5.0, retries: int = 5, backoff_s: float = 0.2,
+            deadline: float | None = None) -> messages.Reply:
     """Send one message and wait for the reply, retrying with a doubling backoff (at most _MAX_BACKOFF_S); raise
-    PeerUnreachable at the end, or as soon as the monotonic `deadline` has passed (no try outlives it)."""
+    PeerUnreachable at the end, or as soon as the monotonic `deadline` has passed (no try outlives it). A callable
+    `message` is asked for the message afresh on every try (one that says how long its sender will wait)."""
     context = _connector_context()
-    payload = messages.encode(message)
+    make = message if callable(message) else lambda: message
+    name = type(make()).__name__
     delay = min(backoff_s, _MAX_BACKOFF_S)
     tries = silent = 0
     for attempt in range(retries + 1):
@@ -105,7 +108,7 @@ def request(host: str, port: int, message: messages.Request, *, timeout_s: float
         socket.setsockopt(zmq.LINGER, 0)
         try:
             socket.connect(f"tcp://{host}:{port}")
-            socket.send(payload)
+            socket.send(messages.encode(make()))
             if socket.poll(max(1, int(wait_s * 1000))):
                 return messages.decode_reply(socket.recv())
         finally:
@@ -113,9 +116,8 @@ def request(host: str, port: int, message: messages.Request, *, timeout_s: float
         if attempt < retries:
             if deadline is not None:
                 delay = min(delay, max(0.0, deadline - time.monotonic()))
-            logger.info("side channel %s:%d: no answer to %s, retrying in %.1fs", host, port,
-                        type(message).__name__, delay)
+            logger.info("side channel %s:%d: no answer to %s, retrying in %.1fs", host, port, name, delay)
             time.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF_S)
-    raise PeerUnreachable(f"{host}:{port} did not answer {type(message).__name__} after {tries} "
+    raise PeerUnreachable(f"{host}:{port} did not answer {name} after {tries} "
                           f"{'try' if tries == 1 else 'tries'} of up to {timeout_s:g} s", silent_tries=silent)

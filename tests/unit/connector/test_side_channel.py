@@ -64,6 +64,20 @@ def test_many_retries_stay_a_bounded_wait_because_the_backoff_stops_doubling(mon
     assert time.monotonic() - started < 3
 
 
+def test_a_message_given_as_a_callable_is_made_afresh_for_every_try():
+    """A push announcement says how long D will still wait: a retry must not repeat the first try's figure."""
+    with socket.socket() as silent:  # takes connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        made = []
+        with pytest.raises(side_channel.PeerUnreachable, match="3 tries"):
+            side_channel.request("127.0.0.1", silent.getsockname()[1],
+                                 lambda: made.append(time.monotonic()) or messages.GetMeta(),
+                                 timeout_s=0.1, retries=2, backoff_s=0.05)
+    sent = made[1:]  # the first call only names the message for the logs
+    assert len(sent) == 3 and sent == sorted(set(sent))
+
+
 def test_a_taken_port_is_a_clear_error_naming_it():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
