@@ -93,14 +93,18 @@ class PullWorker(WorkerSide):
         with self.lock:
             if self._pending.pop(recv.request_id, None) is None:
                 return  # expire() reported it already
-            if error is None:
-                self.stats.record_wait(time.monotonic() - pending.taken_up)
-            else:
-                logger.error("AscendPD: request %s: reading KV from %s failed: %s", recv.request_id,
-                             recv.peer.describe(), error)
-                self.failed_blocks.update(recv.local_block_ids)
-                self.stats.record_failure()
+            if error is not None:
+                self._fail(pending, f"reading KV from {recv.peer.describe()} failed: {error}")
+                return
+            self.stats.record_wait(time.monotonic() - pending.taken_up)
             self.received.add(recv.request_id)
+
+    def _fail(self, pending: _Pending, reason: str) -> None:
+        """Report the request's blocks as a load error (caller holds the lock): vLLM recomputes or fails it."""
+        logger.error("AscendPD: request %s: %s", pending.recv.request_id, reason)
+        self.failed_blocks.update(pending.recv.local_block_ids)
+        self.stats.record_failure()
+        self.received.add(pending.recv.request_id)
 
     def expire(self, now: float) -> None:
         """Past its deadline, a request not yet moving bytes is a load error at once; one whose batch is in flight
@@ -111,11 +115,8 @@ class PullWorker(WorkerSide):
             for pending in late:
                 del self._pending[pending.recv.request_id]
                 pending.gave_up = True
-                logger.error("AscendPD: request %s: no KV from %s within kv_load_timeout_s=%g",
-                             pending.recv.request_id, pending.recv.peer.describe(), self.config.kv_load_timeout_s)
-                self.failed_blocks.update(pending.recv.local_block_ids)
-                self.stats.record_failure()
-                self.received.add(pending.recv.request_id)
+                self._fail(pending, f"no KV from {pending.recv.peer.describe()} within "
+                                    f"kv_load_timeout_s={self.config.kv_load_timeout_s:g}")
 
     def _start_moving(self, pending: _Pending) -> None:
         """From here on bytes land in the request's blocks: expire() leaves it to end with its batches."""
