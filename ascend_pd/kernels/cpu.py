@@ -1,11 +1,15 @@
 """Fast implementations of the KV layout ops for caches in host memory: one pass over the bytes where possible.
 
 The ops only move bytes, so each tensor is viewed as the widest word that divides its rows: torch copies
-16- or 8-byte words through strided views many times faster than 2-byte elements.
+16- or 8-byte words through strided views many times faster than 2-byte elements. ND <-> NZ moves 32-byte fractal
+rows, wider than any torch dtype, so it goes through numpy's take on 32-byte void items instead.
 """
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 
 _WORDS = (torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8)
@@ -73,14 +77,36 @@ def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, ids: torch.Tensor) -> torch
     return fused
 
 
+@functools.lru_cache(maxsize=16)
+def _nz_order(block_size: int, fractals: int) -> np.ndarray:
+    """For each 32-byte row of an NZ block [F, block_size], the index of the same row in the ND block [block_size, F]:
+    one fractal column after another."""
+    return (np.arange(block_size).reshape(1, -1) * fractals + np.arange(fractals).reshape(-1, 1)).reshape(-1)
+
+
+@functools.lru_cache(maxsize=16)
+def _nd_order(block_size: int, fractals: int) -> np.ndarray:
+    """The inverse of _nz_order: for each 32-byte row of an ND block, its index in the NZ block."""
+    return np.argsort(_nz_order(block_size, fractals))
+
+
+def _fractal_rows(tensor: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor's blocks as rows of 32-byte items, sharing its memory."""
+    return tensor.view(torch.uint8).numpy().reshape(tensor.shape[0], -1).view(np.dtype("V32"))
+
+
+def _move_blocks(source: np.ndarray, ids: torch.Tensor, order: np.ndarray, target: np.ndarray) -> None:
+    # mode="wrap" skips the copy of the output that the default mode makes to undo a partial take on a bad index;
+    # the order only holds valid indices
+    for index, block in enumerate(ids.tolist()):
+        np.take(source[block], order, out=target[index], mode="wrap")
+
+
 def nd_to_nz(cache: torch.Tensor, ids: torch.Tensor, c0: int) -> torch.Tensor:
     _, block_size, heads, head_dim = cache.shape
     fractals = heads * head_dim // c0
     nz = torch.empty((ids.numel(), fractals, block_size, c0), dtype=cache.dtype)
-    word = word_dtype(c0 * cache.element_size())
-    nz_words, nd_words = as_words(nz, word), as_words(cache, word).view(cache.shape[0], block_size, fractals, -1)
-    for index, block in enumerate(ids.tolist()):
-        nz_words[index].copy_(nd_words[block].transpose(0, 1))
+    _move_blocks(_fractal_rows(cache), ids, _nz_order(block_size, fractals), _fractal_rows(nz))
     return nz
 
 
@@ -88,9 +114,5 @@ def nz_to_nd(nz_cache: torch.Tensor, ids: torch.Tensor, head_dim: int) -> torch.
     _, fractals, block_size, c0 = nz_cache.shape
     heads = fractals * c0 // head_dim
     nd = torch.empty((ids.numel(), block_size, heads, head_dim), dtype=nz_cache.dtype)
-    word = word_dtype(c0 * nz_cache.element_size())
-    nd_words = as_words(nd, word).view(ids.numel(), block_size, fractals, -1)
-    nz_words = as_words(nz_cache, word)
-    for index, block in enumerate(ids.tolist()):
-        nd_words[index].copy_(nz_words[block].transpose(0, 1))
+    _move_blocks(_fractal_rows(nz_cache), ids, _nd_order(block_size, fractals), _fractal_rows(nd))
     return nd

@@ -10,17 +10,25 @@ endif()
 set(ASCEND_HOME_PATH $ENV{ASCEND_HOME_PATH})
 set(ASCEND_CANN_PACKAGE_PATH ${ASCEND_HOME_PATH})
 
-foreach(candidate tools/tikcpp/ascendc_kernel_cmake compiler/tikcpp/ascendc_kernel_cmake
-                  ascendc_devkit/tikcpp/samples/cmake)
-    if(EXISTS ${ASCEND_HOME_PATH}/${candidate}/ascendc.cmake)
-        set(ASCENDC_CMAKE_DIR ${ASCEND_HOME_PATH}/${candidate})
+# Where the toolkit installs its kernel CMake modules: <arch>-linux/tikcpp/ascendc_kernel_cmake, linked from
+# compiler/ and tools/ (asc-devkit scripts/package/asc-devkit/asc-devkit.xml); -DASCENDC_CMAKE_DIR=... overrides.
+set(ASCENDC_CMAKE_CANDIDATES
+    ${ASCENDC_CMAKE_DIR}
+    ${ASCEND_HOME_PATH}/compiler/tikcpp/ascendc_kernel_cmake
+    ${ASCEND_HOME_PATH}/tools/tikcpp/ascendc_kernel_cmake
+    ${ASCEND_HOME_PATH}/${CMAKE_SYSTEM_PROCESSOR}-linux/tikcpp/ascendc_kernel_cmake
+    ${ASCEND_HOME_PATH}/ascendc_devkit/tikcpp/samples/cmake)
+foreach(candidate ${ASCENDC_CMAKE_CANDIDATES})
+    if(EXISTS ${candidate}/ascendc.cmake)
+        set(ASCENDC_KERNEL_CMAKE ${candidate})
         break()
     endif()
 endforeach()
-if(NOT ASCENDC_CMAKE_DIR)
-    message(FATAL_ERROR "ascendc.cmake not found under ${ASCEND_HOME_PATH}: is the CANN toolkit installed?")
+if(NOT ASCENDC_KERNEL_CMAKE)
+    string(REPLACE ";" "\n  " searched "${ASCENDC_CMAKE_CANDIDATES}")
+    message(FATAL_ERROR "ascendc.cmake not found; searched:\n  ${searched}\nIs the CANN toolkit installed?")
 endif()
-include(${ASCENDC_CMAKE_DIR}/ascendc.cmake)
+include(${ASCENDC_KERNEL_CMAKE}/ascendc.cmake)
 
 ascendc_library(kv_kernels_npu SHARED ${KERNEL_SOURCES})
 ascendc_include_directories(kv_kernels_npu PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/include)

@@ -1,6 +1,7 @@
 // C entry points of the CPU verification library, for the Python tests (ctypes): plan a tiling, then run a
 // kernel on host buffers through the AscendC stand-in. Errors come back as a code and a message:
-//   0 ok, 1 the host tiling rejected the shape, 2 the stand-in caught a hardware rule violation, 3 unknown op.
+//   0 ok, 1 the host tiling rejected the shape or the launch (kv::CheckLaunch), 2 the stand-in caught a hardware
+//   rule violation, 3 unknown op.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -78,13 +79,15 @@ int kvk_plan(const char* op, const uint64_t* args, uint32_t numArgs, uint32_t ve
     }
 }
 
-// Buffers in the order of the matching kv::Launch* function.
-int kvk_run(const char* op, const KvTiling* tiling, uint32_t elemBytes, void* a, void* b, void* c, void* d,
-            char* error, uint32_t errorLen)
+// Buffers in the order of the matching kv::Launch* function. The ids are checked on the host first, as the NPU
+// binding does (npu/torch_binding.cpp).
+int kvk_run(const char* op, const KvTiling* tiling, uint32_t elemBytes, uint32_t vectorCores, void* a, void* b,
+            void* c, void* d, char* error, uint32_t errorLen)
 {
     auto p = [](void* x) { return static_cast<uint8_t*>(x); };
     const std::string name(op);
     try {
+        kv::CheckLaunch(*tiling, static_cast<const int32_t*>(name == "mla_fuse" ? c : b), vectorCores);
         if (name == "gather_heads") {
             kv::LaunchGatherHeads(*tiling, elemBytes, nullptr, p(a), p(b), p(c));
         } else if (name == "scatter_heads") {
@@ -105,6 +108,8 @@ int kvk_run(const char* op, const KvTiling* tiling, uint32_t elemBytes, void* a,
         return 0;
     } catch (const AscendC::HardwareRuleViolation& e) {
         return Fail(2, e.what(), error, errorLen);
+    } catch (const std::invalid_argument& e) {
+        return Fail(1, e.what(), error, errorLen);
     }
 }
 

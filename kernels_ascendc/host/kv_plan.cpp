@@ -42,8 +42,8 @@ bool DataCopyRows(uint32_t elemBytes, std::initializer_list<uint64_t> offsetsAnd
     return true;
 }
 
-KvTiling Base(uint64_t srcBlocks, uint64_t dstBlocks, uint32_t tokens, uint32_t elemBytes, uint32_t numIds,
-              CoreBudget budget)
+KvTiling Base(uint64_t srcBlocks, uint64_t dstBlocks, uint64_t idBlocks, uint32_t tokens, uint32_t elemBytes,
+              uint32_t numIds, CoreBudget budget)
 {
     Require(elemBytes == 1 || elemBytes == 2, "element size must be 1 (int8) or 2 (bf16/fp16) bytes");
     Require(numIds > 0, "no block ids to move");
@@ -52,6 +52,7 @@ KvTiling Base(uint64_t srcBlocks, uint64_t dstBlocks, uint32_t tokens, uint32_t 
     KvTiling t{};
     t.srcBlocks = srcBlocks;
     t.dstBlocks = dstBlocks;
+    t.idBlocks = idBlocks;
     t.numIds = numIds;
     t.tokens = tokens;
     t.idsPerCore = (numIds + budget.vectorCores - 1) / budget.vectorCores;
@@ -69,12 +70,12 @@ void TileRows(KvTiling& t, uint64_t rowPitch, CoreBudget budget)
     t.bufferBytes = static_cast<uint32_t>(t.tileTokens * rowPitch);
 }
 
-KvTiling PlanHeadSlice(uint64_t cacheBlocks, uint64_t packedBlocks, uint32_t tokens, uint32_t heads,
-                       uint32_t headDim, uint32_t elemBytes, uint32_t numIds, uint32_t headStart, uint32_t headCount,
-                       CoreBudget budget)
+KvTiling PlanHeadSlice(uint64_t srcBlocks, uint64_t dstBlocks, uint64_t cacheBlocks, uint32_t tokens,
+                       uint32_t heads, uint32_t headDim, uint32_t elemBytes, uint32_t numIds, uint32_t headStart,
+                       uint32_t headCount, CoreBudget budget)
 {
     Require(headCount > 0 && headStart + headCount <= heads, "head range outside the cache");
-    KvTiling t = Base(cacheBlocks, packedBlocks, tokens, elemBytes, numIds, budget);
+    KvTiling t = Base(srcBlocks, dstBlocks, cacheBlocks, tokens, elemBytes, numIds, budget);
     const uint64_t copyBytes = static_cast<uint64_t>(headCount) * headDim * elemBytes;
     t.copyElems = headCount * headDim;
     t.aligned = DataCopyRows(elemBytes, {t.copyElems, uint64_t(headStart) * headDim, uint64_t(heads) * headDim},
@@ -88,8 +89,8 @@ KvTiling PlanHeadSlice(uint64_t cacheBlocks, uint64_t packedBlocks, uint32_t tok
 KvTiling PlanGatherHeads(uint64_t numBlocks, uint32_t tokens, uint32_t heads, uint32_t headDim, uint32_t elemBytes,
                          uint32_t numIds, uint32_t headStart, uint32_t headCount, CoreBudget budget)
 {
-    KvTiling t = PlanHeadSlice(numBlocks, numIds, tokens, heads, headDim, elemBytes, numIds, headStart, headCount,
-                               budget);
+    KvTiling t = PlanHeadSlice(numBlocks, numIds, numBlocks, tokens, heads, headDim, elemBytes, numIds, headStart,
+                               headCount, budget);
     t.srcRowElems = heads * headDim;
     t.srcColumn = headStart * headDim;
     t.dstRowElems = headCount * headDim;
@@ -99,8 +100,8 @@ KvTiling PlanGatherHeads(uint64_t numBlocks, uint32_t tokens, uint32_t heads, ui
 KvTiling PlanScatterHeads(uint64_t numBlocks, uint32_t tokens, uint32_t heads, uint32_t headDim, uint32_t elemBytes,
                           uint32_t numIds, uint32_t headStart, uint32_t headCount, CoreBudget budget)
 {
-    KvTiling t = PlanHeadSlice(numIds, numBlocks, tokens, heads, headDim, elemBytes, numIds, headStart, headCount,
-                               budget);
+    KvTiling t = PlanHeadSlice(numIds, numBlocks, numBlocks, tokens, heads, headDim, elemBytes, numIds, headStart,
+                               headCount, budget);
     t.srcRowElems = headCount * headDim;
     t.dstRowElems = heads * headDim;
     t.dstColumn = headStart * headDim;
@@ -111,7 +112,7 @@ KvTiling PlanBlockTranspose(uint64_t numBlocks, uint32_t tokens, uint32_t heads,
                             uint32_t elemBytes, uint32_t numIds, uint32_t split, CoreBudget budget)
 {
     Require(split > 0 && heads % split == 0, "split must divide the head count");
-    KvTiling t = Base(numBlocks, 0, tokens, elemBytes, numIds, budget);
+    KvTiling t = Base(numBlocks, 0, numBlocks, tokens, elemBytes, numIds, budget);
     const uint64_t rowElems = static_cast<uint64_t>(heads) * headDim;
     t.srcRowElems = t.dstRowElems = static_cast<uint32_t>(rowElems);
     t.copyElems = heads / split * headDim;
@@ -135,6 +136,19 @@ KvTiling PlanBlockTranspose(uint64_t numBlocks, uint32_t tokens, uint32_t heads,
     return t;
 }
 
+void CheckLaunch(const KvTiling& t, const int32_t* hostIds, uint32_t vectorCores)
+{
+    Require(t.usedCores >= 1 && t.usedCores <= vectorCores,
+            "the launch needs " + std::to_string(t.usedCores) + " cores but the device has " +
+                std::to_string(vectorCores) + " vector cores");
+    Require(static_cast<uint64_t>(t.usedCores) * t.idsPerCore >= t.numIds, "the launch does not cover every block id");
+    for (uint32_t i = 0; i < t.numIds; ++i) {
+        Require(hostIds[i] >= 0 && static_cast<uint64_t>(hostIds[i]) < t.idBlocks,
+                "block id " + std::to_string(hostIds[i]) + " at position " + std::to_string(i) + " is outside the " +
+                    std::to_string(t.idBlocks) + " blocks of the tensor it indexes");
+    }
+}
+
 uint64_t BlockTransposeWorkspaceBytes(const KvTiling& t, uint32_t elemBytes)
 {
     return t.fullLoad ? 0 : t.dstBlocks * t.tokens * static_cast<uint64_t>(t.srcRowElems) * elemBytes;
@@ -144,7 +158,7 @@ KvTiling PlanMlaSplit(uint64_t numBlocks, uint32_t tokens, uint32_t loraRank, ui
                       uint32_t numIds, CoreBudget budget)
 {
     Require(loraRank > 0 && ropeDim > 0, "kv_lora_rank and rope_dim must be positive");
-    KvTiling t = Base(numBlocks, numIds, tokens, elemBytes, numIds, budget);
+    KvTiling t = Base(numBlocks, numIds, numBlocks, tokens, elemBytes, numIds, budget);
     t.srcRowElems = loraRank + ropeDim;
     t.dstRowElems = loraRank;
     t.copyElems = loraRank;
@@ -167,15 +181,15 @@ namespace {
 KvTiling PlanNz(uint64_t srcBlocks, uint64_t dstBlocks, uint32_t tokens, uint32_t features, uint32_t elemBytes,
                 uint32_t numIds, CoreBudget budget)
 {
-    KvTiling t = Base(srcBlocks, dstBlocks, tokens, elemBytes, numIds, budget);
+    KvTiling t = Base(srcBlocks, dstBlocks, srcBlocks, tokens, elemBytes, numIds, budget);
     const uint32_t c0 = DATA_BLOCK / elemBytes;
     Require(features % c0 == 0, "heads * head_dim must be a multiple of the fractal width " + std::to_string(c0));
-    Require(features / c0 <= MAX_BLOCK_COUNT, "too many fractal columns for one DataCopy");
-    Require(tokens - 1 <= MAX_DATACOPY_FIELD, "block_size too large for the NZ burst gap");
+    // a fractal column copy skips the other columns of each row in UB: a gap of F - 1 blocks
+    Require(features / c0 - 1 <= MAX_DATACOPY_FIELD, "too many fractal columns for the UB gap of one DataCopy");
     t.srcRowElems = t.dstRowElems = features;
     t.copyElems = c0;
     t.pieces = features / c0;
-    t.aligned = 1;  // every NZ burst is exactly one 32-byte block
+    t.aligned = 1;  // rows are whole fractals and every NZ piece is exactly one 32-byte block
     TileRows(t, static_cast<uint64_t>(features) * elemBytes, budget);
     return t;
 }

@@ -30,6 +30,11 @@ KvTiling PlanNdToNz(uint64_t numBlocks, uint32_t tokens, uint32_t features, uint
 KvTiling PlanNzToNd(uint64_t numBlocks, uint32_t tokens, uint32_t features, uint32_t elemBytes, uint32_t numIds,
                     CoreBudget budget);
 
+// Host checks before a launch, on the ids the kernel will read: each names a block inside the tensor it indexes
+// (a bad id would become a wild GM address on the device, which checks nothing), and the launch covers every id
+// on at most the device's vector cores. Throws std::invalid_argument.
+void CheckLaunch(const KvTiling& t, const int32_t* hostIds, uint32_t vectorCores);
+
 // Bytes of GM workspace block_transpose needs (zero when every block is staged in UB).
 uint64_t BlockTransposeWorkspaceBytes(const KvTiling& t, uint32_t elemBytes);
 

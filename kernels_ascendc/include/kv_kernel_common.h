@@ -6,11 +6,24 @@
 #include "kernel_operator.h"
 #include "kv_tiling.h"
 
-#ifdef ASCEND_PD_CPU_STANDIN
+// KV_LAUNCH(kernel, blockDim, stream, args...) runs a kernel on blockDim vector cores:
+//   - the CPU stand-in (cpu/kernel_operator.h) runs each core's share in turn;
+//   - the toolkit's CPU debug mode (ASCENDC_CPU_DEBUG, tikicpulib) has no <<<>>>: ICPU_RUN_KF forks the cores,
+//     and SetKernelMode(AIV_MODE) makes them vector cores, as the kernels declare;
+//   - on the device, <<<blockDim, dynamic UB bytes (0: none), stream>>>.
+#if defined(ASCEND_PD_CPU_STANDIN)
 #define KV_LAUNCH(kernel, blockDim, stream, ...) \
     ((void)(stream), AscendC::standin::RunOnCores(blockDim, [&] { kernel(__VA_ARGS__); }))
+#elif defined(ASCENDC_CPU_DEBUG)
+#include "tikicpulib.h"
+#define KV_LAUNCH(kernel, blockDim, stream, ...)           \
+    do {                                                   \
+        (void)(stream);                                    \
+        AscendC::SetKernelMode(KernelMode::AIV_MODE);      \
+        ICPU_RUN_KF(kernel, blockDim, __VA_ARGS__);        \
+    } while (0)
 #else
-#define KV_LAUNCH(kernel, blockDim, stream, ...) kernel<<<blockDim, nullptr, stream>>>(__VA_ARGS__)
+#define KV_LAUNCH(kernel, blockDim, stream, ...) kernel<<<blockDim, 0, stream>>>(__VA_ARGS__)
 #endif
 
 namespace kv {

@@ -8,6 +8,7 @@
 struct KvTiling {
     uint64_t srcBlocks;    // blocks in the source tensor: bounds of its global buffer
     uint64_t dstBlocks;    // blocks in the destination tensor
+    uint64_t idBlocks;     // blocks in the tensor the listed ids index: each id must lie in [0, idBlocks)
     uint32_t numIds;       // block ids listed for this call
     uint32_t usedCores;    // vector cores launched (blockDim)
     uint32_t idsPerCore;   // listed blocks each core moves: core c takes [c * idsPerCore, (c + 1) * idsPerCore)

@@ -73,6 +73,7 @@ private:
 extern "C" __global__ __aicore__ void block_transpose_b16(GM_ADDR cache, GM_ADDR blockIds, GM_ADDR workspace,
                                                           KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     BlockTranspose<uint16_t> op;
     op.Init(cache, blockIds, workspace, tiling, &pipe);
@@ -82,6 +83,7 @@ extern "C" __global__ __aicore__ void block_transpose_b16(GM_ADDR cache, GM_ADDR
 extern "C" __global__ __aicore__ void block_transpose_b8(GM_ADDR cache, GM_ADDR blockIds, GM_ADDR workspace,
                                                          KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     BlockTranspose<uint8_t> op;
     op.Init(cache, blockIds, workspace, tiling, &pipe);

@@ -42,6 +42,7 @@ private:
 extern "C" __global__ __aicore__ void mla_fuse_b16(GM_ADDR nope, GM_ADDR rope, GM_ADDR blockIds, GM_ADDR fused,
                                                    KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     MlaFuse<uint16_t> op;
     op.Init(nope, rope, blockIds, fused, tiling, &pipe);
@@ -51,6 +52,7 @@ extern "C" __global__ __aicore__ void mla_fuse_b16(GM_ADDR nope, GM_ADDR rope, G
 extern "C" __global__ __aicore__ void mla_fuse_b8(GM_ADDR nope, GM_ADDR rope, GM_ADDR blockIds, GM_ADDR fused,
                                                   KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     MlaFuse<uint8_t> op;
     op.Init(nope, rope, blockIds, fused, tiling, &pipe);

@@ -42,6 +42,7 @@ private:
 extern "C" __global__ __aicore__ void mla_split_b16(GM_ADDR fused, GM_ADDR blockIds, GM_ADDR nope, GM_ADDR rope,
                                                     KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     MlaSplit<uint16_t> op;
     op.Init(fused, blockIds, nope, rope, tiling, &pipe);
@@ -51,6 +52,7 @@ extern "C" __global__ __aicore__ void mla_split_b16(GM_ADDR fused, GM_ADDR block
 extern "C" __global__ __aicore__ void mla_split_b8(GM_ADDR fused, GM_ADDR blockIds, GM_ADDR nope, GM_ADDR rope,
                                                    KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     MlaSplit<uint8_t> op;
     op.Init(fused, blockIds, nope, rope, tiling, &pipe);

@@ -1,6 +1,7 @@
 // nd_to_nz: NHD blocks [nb, block_size, heads * head_dim] -> FRACTAL_NZ [n, F, block_size, c0] with
-// F = heads * head_dim / c0 and c0 * sizeof(T) = 32 bytes: token rows come in whole, and each row leaves as F
-// one-block bursts that are block_size blocks apart in the NZ block.
+// F = heads * head_dim / c0 and c0 * sizeof(T) = 32 bytes. A tile of token rows comes in whole; it leaves one
+// fractal column per copy: the column's 32-byte piece of every row in the tile, gathered from UB, lands as one
+// contiguous run of count x 32 bytes in the NZ block.
 #include "kv_kernel_common.h"
 #include "kv_launch.h"
 
@@ -21,9 +22,8 @@ public:
     {
         const uint32_t rowElems = t_.srcRowElems;
         const uint32_t c0 = t_.copyElems;
-        // one burst per fractal column; consecutive columns of a token are block_size fractal rows apart
-        AscendC::DataCopyParams scatterRow(static_cast<uint16_t>(t_.pieces), 1, 0,
-                                           static_cast<uint16_t>(t_.tokens - 1));
+        const uint32_t columns = t_.pieces;
+        const uint64_t columnElems = static_cast<uint64_t>(t_.tokens) * c0;  // one fractal column of a block
         kv::CoreSpan span = kv::CoreIds(t_);
         for (uint32_t i = span.first; i < span.last; ++i) {
             uint64_t source = static_cast<uint64_t>(ids_.GetValue(i)) * blockElems_;
@@ -34,9 +34,11 @@ public:
                 AscendC::DataCopy(ub, cache_[source + static_cast<uint64_t>(token) * rowElems], count * rowElems);
                 queue_.EnQue(ub);
                 ub = queue_.template DeQue<T>();
-                for (uint32_t row = 0; row < count; ++row) {
-                    AscendC::DataCopy(nz_[target + static_cast<uint64_t>(token + row) * c0], ub[row * rowElems],
-                                      scatterRow);
+                // count one-block pieces, a row apart in UB (gap columns - 1), back to back in GM
+                AscendC::DataCopyParams column(static_cast<uint16_t>(count), 1, static_cast<uint16_t>(columns - 1), 0);
+                for (uint32_t f = 0; f < columns; ++f) {
+                    AscendC::DataCopy(nz_[target + f * columnElems + static_cast<uint64_t>(token) * c0], ub[f * c0],
+                                      column);
                 }
                 queue_.FreeTensor(ub);
             }
@@ -53,6 +55,7 @@ private:
 
 extern "C" __global__ __aicore__ void nd_to_nz_b16(GM_ADDR cache, GM_ADDR blockIds, GM_ADDR nz, KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     NdToNz<uint16_t> op;
     op.Init(cache, blockIds, nz, tiling, &pipe);
@@ -61,6 +64,7 @@ extern "C" __global__ __aicore__ void nd_to_nz_b16(GM_ADDR cache, GM_ADDR blockI
 
 extern "C" __global__ __aicore__ void nd_to_nz_b8(GM_ADDR cache, GM_ADDR blockIds, GM_ADDR nz, KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     NdToNz<uint8_t> op;
     op.Init(cache, blockIds, nz, tiling, &pipe);

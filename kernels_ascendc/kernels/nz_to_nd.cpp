@@ -1,5 +1,6 @@
-// nz_to_nd: FRACTAL_NZ blocks [nb, F, block_size, c0] -> NHD [n, block_size, F * c0]: each token row is
-// gathered from F one-block bursts that are block_size blocks apart, then the rows leave contiguously.
+// nz_to_nd: FRACTAL_NZ blocks [nb, F, block_size, c0] -> NHD [n, block_size, F * c0]. A tile of token rows comes
+// in one fractal column per copy (count x 32 contiguous bytes of the NZ block, spread a row apart in UB), then
+// the rows leave contiguously.
 #include "kv_kernel_common.h"
 #include "kv_launch.h"
 
@@ -20,8 +21,8 @@ public:
     {
         const uint32_t rowElems = t_.dstRowElems;
         const uint32_t c0 = t_.copyElems;
-        AscendC::DataCopyParams gatherRow(static_cast<uint16_t>(t_.pieces), 1, static_cast<uint16_t>(t_.tokens - 1),
-                                          0);
+        const uint32_t columns = t_.pieces;
+        const uint64_t columnElems = static_cast<uint64_t>(t_.tokens) * c0;  // one fractal column of a block
         kv::CoreSpan span = kv::CoreIds(t_);
         for (uint32_t i = span.first; i < span.last; ++i) {
             uint64_t source = static_cast<uint64_t>(ids_.GetValue(i)) * blockElems_;
@@ -29,9 +30,11 @@ public:
             for (uint32_t token = 0; token < t_.tokens; token += t_.tileTokens) {
                 uint32_t count = t_.tokens - token < t_.tileTokens ? t_.tokens - token : t_.tileTokens;
                 AscendC::LocalTensor<T> ub = queue_.template AllocTensor<T>();
-                for (uint32_t row = 0; row < count; ++row) {
-                    AscendC::DataCopy(ub[row * rowElems], nz_[source + static_cast<uint64_t>(token + row) * c0],
-                                      gatherRow);
+                // count one-block pieces, back to back in GM, a row apart in UB (gap columns - 1)
+                AscendC::DataCopyParams column(static_cast<uint16_t>(count), 1, 0, static_cast<uint16_t>(columns - 1));
+                for (uint32_t f = 0; f < columns; ++f) {
+                    AscendC::DataCopy(ub[f * c0], nz_[source + f * columnElems + static_cast<uint64_t>(token) * c0],
+                                      column);
                 }
                 queue_.EnQue(ub);
                 ub = queue_.template DeQue<T>();
@@ -51,6 +54,7 @@ private:
 
 extern "C" __global__ __aicore__ void nz_to_nd_b16(GM_ADDR nz, GM_ADDR blockIds, GM_ADDR cache, KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     NzToNd<uint16_t> op;
     op.Init(nz, blockIds, cache, tiling, &pipe);
@@ -59,6 +63,7 @@ extern "C" __global__ __aicore__ void nz_to_nd_b16(GM_ADDR nz, GM_ADDR blockIds,
 
 extern "C" __global__ __aicore__ void nz_to_nd_b8(GM_ADDR nz, GM_ADDR blockIds, GM_ADDR cache, KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     NzToNd<uint8_t> op;
     op.Init(nz, blockIds, cache, tiling, &pipe);

@@ -37,6 +37,7 @@ private:
 extern "C" __global__ __aicore__ void scatter_heads_b16(GM_ADDR cache, GM_ADDR blockIds, GM_ADDR packed,
                                                         KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     ScatterHeads<uint16_t> op;
     op.Init(cache, blockIds, packed, tiling, &pipe);
@@ -46,6 +47,7 @@ extern "C" __global__ __aicore__ void scatter_heads_b16(GM_ADDR cache, GM_ADDR b
 extern "C" __global__ __aicore__ void scatter_heads_b8(GM_ADDR cache, GM_ADDR blockIds, GM_ADDR packed,
                                                        KvTiling tiling)
 {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
     AscendC::TPipe pipe;
     ScatterHeads<uint8_t> op;
     op.Init(cache, blockIds, packed, tiling, &pipe);

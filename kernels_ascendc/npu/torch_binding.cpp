@@ -23,7 +23,22 @@ kv::CoreBudget DeviceBudget()
     int64_t vectorCores = 0;
     TORCH_CHECK(aclGetDeviceCapability(device, ACL_DEVICE_INFO_VECTOR_CORE_NUM, &vectorCores) == ACL_SUCCESS,
                 "aclGetDeviceCapability(ACL_DEVICE_INFO_VECTOR_CORE_NUM) failed");
+    // the kernels are vector-only (KERNEL_TYPE_AIV_ONLY): blockDim must not exceed the vector cores
+    TORCH_CHECK(vectorCores > 0 && vectorCores <= UINT32_MAX, "device ", device, " reports ", vectorCores,
+                " vector cores: the KV kernels need the vector cores of an Atlas A2/A3 device");
     return kv::CoreBudget{static_cast<uint32_t>(vectorCores), UB_BYTES_ARCH_2201};
+}
+
+// The host check of kv::CheckLaunch on the ids the kernel will read. Copying them back waits for the stream, which
+// is the price of never handing the device an id it would turn into a wild GM address.
+void CheckLaunch(const KvTiling& t, const at::Tensor& ids, const kv::CoreBudget& budget)
+{
+    at::Tensor hostIds = ids.to(at::kCPU).contiguous();
+    try {
+        kv::CheckLaunch(t, hostIds.data_ptr<int32_t>(), budget.vectorCores);
+    } catch (const std::invalid_argument& e) {
+        TORCH_CHECK_INDEX(false, e.what());
+    }
 }
 
 void CheckKv(const at::Tensor& t, const char* name, int64_t dims)
@@ -65,8 +80,10 @@ void GatherHeadsInto(const at::Tensor& cache, const at::Tensor& ids, int64_t hea
                 packed.size(3) == cache.size(3) && packed.scalar_type() == cache.scalar_type(),
                 "out must be [n, block_size, head_count, head_dim] of the cache's dtype");
     const uint32_t e = cache.element_size();
+    const kv::CoreBudget budget = DeviceBudget();
     KvTiling t = kv::PlanGatherHeads(cache.size(0), cache.size(1), cache.size(2), cache.size(3), e, ids.size(0),
-                                     headStart, headCount, DeviceBudget());
+                                     headStart, headCount, budget);
+    CheckLaunch(t, ids, budget);
     Enqueue("ascend_pd_gather_heads", [=](void* stream) {
         kv::LaunchGatherHeads(t, e, stream, Bytes(cache), Bytes(ids), Bytes(packed));
     });
@@ -87,8 +104,10 @@ void ScatterHeads(const at::Tensor& cache, const at::Tensor& ids, int64_t headSt
     CheckKv(packed, "packed", 4);
     CheckIds(ids);
     const uint32_t e = cache.element_size();
+    const kv::CoreBudget budget = DeviceBudget();
     KvTiling t = kv::PlanScatterHeads(cache.size(0), cache.size(1), cache.size(2), cache.size(3), e, ids.size(0),
-                                      headStart, packed.size(2), DeviceBudget());
+                                      headStart, packed.size(2), budget);
+    CheckLaunch(t, ids, budget);
     Enqueue("ascend_pd_scatter_heads", [=](void* stream) {
         kv::LaunchScatterHeads(t, e, stream, Bytes(cache), Bytes(ids), Bytes(packed));
     });
@@ -99,8 +118,10 @@ void BlockTranspose(const at::Tensor& cache, const at::Tensor& ids, int64_t spli
     CheckKv(cache, "cache", 4);
     CheckIds(ids);
     const uint32_t e = cache.element_size();
+    const kv::CoreBudget budget = DeviceBudget();
     KvTiling t = kv::PlanBlockTranspose(cache.size(0), cache.size(1), cache.size(2), cache.size(3), e, ids.size(0),
-                                        split, DeviceBudget());
+                                        split, budget);
+    CheckLaunch(t, ids, budget);
     const int64_t workspaceBytes = static_cast<int64_t>(kv::BlockTransposeWorkspaceBytes(t, e));
     at::Tensor workspace = at::empty({workspaceBytes > 0 ? workspaceBytes : 32}, cache.options().dtype(at::kByte));
     Enqueue("ascend_pd_block_transpose", [=](void* stream) {
@@ -114,7 +135,9 @@ std::tuple<at::Tensor, at::Tensor> MlaSplit(const at::Tensor& fused, const at::T
     CheckIds(ids);
     const uint32_t e = fused.element_size();
     const int64_t lora = fused.size(2) - ropeDim;
-    KvTiling t = kv::PlanMlaSplit(fused.size(0), fused.size(1), lora, ropeDim, e, ids.size(0), DeviceBudget());
+    const kv::CoreBudget budget = DeviceBudget();
+    KvTiling t = kv::PlanMlaSplit(fused.size(0), fused.size(1), lora, ropeDim, e, ids.size(0), budget);
+    CheckLaunch(t, ids, budget);
     at::Tensor nope = at::empty({ids.size(0), fused.size(1), 1, lora}, fused.options());
     at::Tensor rope = at::empty({ids.size(0), fused.size(1), 1, ropeDim}, fused.options());
     Enqueue("ascend_pd_mla_split", [=](void* stream) {
@@ -129,8 +152,9 @@ at::Tensor MlaFuse(const at::Tensor& nope, const at::Tensor& rope, const at::Ten
     CheckKv(rope, "rope", 4);
     CheckIds(ids);
     const uint32_t e = nope.element_size();
-    KvTiling t = kv::PlanMlaFuse(nope.size(0), nope.size(1), nope.size(3), rope.size(3), e, ids.size(0),
-                                 DeviceBudget());
+    const kv::CoreBudget budget = DeviceBudget();
+    KvTiling t = kv::PlanMlaFuse(nope.size(0), nope.size(1), nope.size(3), rope.size(3), e, ids.size(0), budget);
+    CheckLaunch(t, ids, budget);
     at::Tensor fused = at::empty({ids.size(0), nope.size(1), nope.size(3) + rope.size(3)}, nope.options());
     Enqueue("ascend_pd_mla_fuse", [=](void* stream) {
         kv::LaunchMlaFuse(t, e, stream, Bytes(nope), Bytes(rope), Bytes(ids), Bytes(fused));
@@ -145,7 +169,9 @@ at::Tensor NdToNz(const at::Tensor& cache, const at::Tensor& ids)
     const uint32_t e = cache.element_size();
     const int64_t features = cache.size(2) * cache.size(3);
     const int64_t c0 = 32 / e;
-    KvTiling t = kv::PlanNdToNz(cache.size(0), cache.size(1), features, e, ids.size(0), DeviceBudget());
+    const kv::CoreBudget budget = DeviceBudget();
+    KvTiling t = kv::PlanNdToNz(cache.size(0), cache.size(1), features, e, ids.size(0), budget);
+    CheckLaunch(t, ids, budget);
     at::Tensor nz = at::empty({ids.size(0), features / c0, cache.size(1), c0}, cache.options());
     Enqueue("ascend_pd_nd_to_nz", [=](void* stream) {
         kv::LaunchNdToNz(t, e, stream, Bytes(cache), Bytes(ids), Bytes(nz));
@@ -160,7 +186,9 @@ at::Tensor NzToNd(const at::Tensor& nz, const at::Tensor& ids, int64_t headDim)
     const uint32_t e = nz.element_size();
     const int64_t features = nz.size(1) * nz.size(3);
     TORCH_CHECK(headDim > 0 && features % headDim == 0, "head_dim must divide heads * head_dim");
-    KvTiling t = kv::PlanNzToNd(nz.size(0), nz.size(2), features, e, ids.size(0), DeviceBudget());
+    const kv::CoreBudget budget = DeviceBudget();
+    KvTiling t = kv::PlanNzToNd(nz.size(0), nz.size(2), features, e, ids.size(0), budget);
+    CheckLaunch(t, ids, budget);
     at::Tensor nd = at::empty({ids.size(0), nz.size(2), features / headDim, headDim}, nz.options());
     Enqueue("ascend_pd_nz_to_nd", [=](void* stream) {
         kv::LaunchNzToNd(t, e, stream, Bytes(nz), Bytes(ids), Bytes(nd));

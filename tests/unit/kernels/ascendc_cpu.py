@@ -20,14 +20,14 @@ ATLAS_A2_VECTOR_CORES = 40
 class KvTiling(ctypes.Structure):
     """Mirror of kernels_ascendc/include/kv_tiling.h."""
 
-    _fields_ = [("srcBlocks", ctypes.c_uint64), ("dstBlocks", ctypes.c_uint64)] + [
+    _fields_ = [("srcBlocks", ctypes.c_uint64), ("dstBlocks", ctypes.c_uint64), ("idBlocks", ctypes.c_uint64)] + [
         (name, ctypes.c_uint32) for name in (
             "numIds", "usedCores", "idsPerCore", "tokens", "tileTokens", "bufferBytes", "bufferNum", "aligned",
             "srcRowElems", "dstRowElems", "copyElems", "srcColumn", "dstColumn", "pieces", "fullLoad")]
 
 
 class TilingRejected(ValueError):
-    """The host tiling refused the shape."""
+    """The host tiling refused the shape, or the host check refused the launch (block ids, core count)."""
 
 
 class HardwareRuleViolation(RuntimeError):
@@ -49,7 +49,7 @@ class StandIn:
         self.lib.kvk_plan.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32,
                                       ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(KvTiling), ctypes.c_char_p,
                                       ctypes.c_uint32]
-        self.lib.kvk_run.argtypes = [ctypes.c_char_p, ctypes.POINTER(KvTiling), ctypes.c_uint32] + [
+        self.lib.kvk_run.argtypes = [ctypes.c_char_p, ctypes.POINTER(KvTiling), ctypes.c_uint32, ctypes.c_uint32] + [
             ctypes.c_void_p] * 4 + [ctypes.c_char_p, ctypes.c_uint32]
         self.lib.kvk_workspace_bytes.argtypes = [ctypes.POINTER(KvTiling), ctypes.c_uint32]
         self.lib.kvk_workspace_bytes.restype = ctypes.c_uint64
@@ -69,9 +69,12 @@ class StandIn:
     def run(self, op: str, tiling: KvTiling, elem_bytes: int, *tensors: torch.Tensor) -> None:
         pointers = [t.data_ptr() if t is not None else None for t in tensors] + [None] * (4 - len(tensors))
         error = ctypes.create_string_buffer(512)
-        code = self.lib.kvk_run(op.encode(), ctypes.byref(tiling), elem_bytes, *pointers, error, len(error))
+        code = self.lib.kvk_run(op.encode(), ctypes.byref(tiling), elem_bytes, self.vector_cores, *pointers, error,
+                                len(error))
         if code == 2:
             raise HardwareRuleViolation(error.value.decode())
+        if code == 1:
+            raise TilingRejected(error.value.decode())
         if code:
             raise RuntimeError(error.value.decode())
 

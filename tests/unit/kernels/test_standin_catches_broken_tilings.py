@@ -10,6 +10,8 @@ import torch
 from ascendc_cpu import HardwareRuleViolation, KvTiling, TilingRejected
 from kv_strategies import random_cache
 
+from ascend_pd.kernels import reference
+
 UB_BYTES = 192 * 1024
 
 
@@ -42,14 +44,27 @@ def test_more_rows_per_tile_than_the_buffer_holds_is_caught(standin):
         standin.gather_heads(cache, [2], 0, 4, tiling=broken)
 
 
-def test_datacopy_on_rows_that_are_not_32_byte_aligned_is_caught(standin):
-    cache = random_cache((2, 16, 4, 40), torch.bfloat16, seed=3)  # 80-byte head rows
-    tiling = standin.plan("gather_heads", 2, 16, 4, 40, 2, 1, 1, 2)
+def test_datacopy_forced_on_rows_that_are_not_whole_32_byte_blocks_moves_wrong_bytes(standin):
+    # one head of 40 bf16 is an 80-byte row: DataCopy counts whole 32-byte blocks, so each row loses its tail and
+    # lands at the wrong pitch; the poisoned UB makes the result differ from the reference
+    cache = random_cache((2, 16, 4, 40), torch.bfloat16, seed=3)
+    tiling = standin.plan("gather_heads", 2, 16, 4, 40, 2, 1, 1, 1)
     assert tiling.aligned == 0, "unaligned rows must be planned for DataCopyPad"
+    assert torch.equal(standin.gather_heads(cache, [1], 1, 1, tiling=tiling), reference.gather_heads(cache, [1], 1, 1))
     broken = copy_of(tiling)
     broken.aligned = 1
+    packed = standin.gather_heads(cache, [1], 1, 1, tiling=broken)
+    assert not torch.equal(packed, reference.gather_heads(cache, [1], 1, 1))
+
+
+def test_a_copy_length_that_is_not_whole_32_byte_blocks_is_caught(standin):
+    # nd_to_nz reads whole token rows with the contiguous DataCopy, which drops a tail shorter than 32 bytes
+    cache = random_cache((2, 16, 1, 16), torch.bfloat16, seed=9)  # 32-byte rows
+    broken = copy_of(standin.plan("nd_to_nz", 2, 16, 16, 2, 1))
+    broken.srcRowElems = broken.dstRowElems = 8  # the kernel now believes rows are 16 bytes,
+    broken.tileTokens = 1  # and reads them one at a time
     with pytest.raises(HardwareRuleViolation, match="not a multiple of 32 bytes"):
-        standin.gather_heads(cache, [1], 1, 2, tiling=broken)
+        standin.run("nd_to_nz", broken, 2, cache, torch.tensor([1], dtype=torch.int32), torch.empty_like(cache))
 
 
 def test_block_ids_past_the_cache_are_an_out_of_bounds_global_access(standin):
