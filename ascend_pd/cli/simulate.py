@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
 from ascend_pd.cli.common import input_errors_exit_2
-from ascend_pd.cli.plan import build_workload, workload_options
+from ascend_pd.cli.plan import workload_options
 
 
 @click.command("simulate")
@@ -23,54 +22,25 @@ from ascend_pd.cli.plan import build_workload, workload_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
-def simulate_cmd(deployment_file, workload_file, input_mean, input_p99, input_dist, output_mean, output_p99,
-                 output_dist, rate, ttft_ms, tpot_ms, attainment, duration, warmup, mtp_acceptance, seed,
-                 fmt) -> None:
+def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptance, seed, fmt,
+                 **workload_values) -> None:
     """Simulate DEPLOYMENT_FILE with Poisson arrivals.
 
     Without workload flags it uses the workload and SLO stored in the deployment.
     """
-    from ascend_pd.deploy import load_deployment, validate
-    from ascend_pd.errors import InputError
-    from ascend_pd.models import get_model
-    from ascend_pd.perf.cost import CostModel
-    from ascend_pd.planner.simulator import simulate
-    from ascend_pd.planner.workload import DEFAULT_SLO
+    from ascend_pd.planner.deployment_simulation import simulate_deployment_file
 
-    loaded = load_deployment(deployment_file)
-    errors = [d for d in validate(loaded) if d.severity == "error"]
-    if errors:
-        first = errors[0]
-        raise InputError(f"{first.message} ({first.code}; {len(errors)} error(s) in all)", file=deployment_file,
-                         field=first.path, line=first.line, fix=f"{first.hint}; see `ascend-pd validate`")
-    deployment = loaded.deployment
-    if deployment.workload is None and not (workload_file or rate):
-        raise InputError("the deployment has no workload", file=deployment_file, field="workload",
-                         fix="add a workload section, or pass --workload FILE or --rate with length flags")
-    from ascend_pd.planner.workload import DEFAULT_WORKLOAD
-
-    workload, slo = build_workload(deployment.workload or DEFAULT_WORKLOAD, deployment.slo or DEFAULT_SLO,
-                                   workload_file, input_mean, input_p99, input_dist, output_mean, output_p99,
-                                   output_dist, rate, ttft_ms, tpot_ms, attainment)
-    cluster = loaded.cluster()
-    try:
-        model = get_model(deployment.model.name)
-    except InputError as exc:
-        raise InputError(exc.message, file=deployment_file, field="model.name", fix=exc.fix) from None
-    cost = CostModel(model, cluster.chip, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype)
-    result = simulate(deployment, cost, workload, slo, duration, duration / 4 if warmup is None else warmup, seed,
-                      mtp_acceptance, base_dir=Path(deployment_file).parent)
-    result["devices"] = sum(inst.device_count for inst in deployment.instances)
-    result["goodput_per_device"] = result["goodput_rps"] / result["devices"]
-    result["slo"] = slo.model_dump(mode="json")
+    run = simulate_deployment_file(deployment_file, workload_file, duration=duration, warmup=warmup,
+                                   mtp_acceptance=mtp_acceptance, seed=seed, **workload_values)
+    result, slo = run.result, run.slo
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{deployment.metadata.name}: {result['requests']} requests at {workload.rate:g} req/s, "
-                        f"{duration:g} s")
+    table = Table(title=f"{run.deployment.metadata.name}: {result['requests']} requests at {run.workload.rate:g} "
+                        f"req/s, {duration:g} s")
     table.add_column("figure")
     table.add_column("value", justify="right")
     def spread(figure: str, digits: int) -> str:

@@ -41,13 +41,6 @@ def test_every_destination_head_is_read_once_from_a_rank_that_holds_it(layout, r
         assert received == wanted
 
 
-@given(layouts(), st.text(max_size=12))
-def test_the_same_request_always_reads_the_same_replicas(layout, request_id):
-    plan = plan_tp_transfer(*layout, is_mla=False)
-    again = plan_tp_transfer(*layout, is_mla=False)
-    assert all(plan.reads(r, request_id) == again.reads(r, request_id) for r in range(layout[2]))
-
-
 def test_more_prefill_ranks_than_decode_ranks_reads_whole_source_blocks():
     plan = plan_tp_transfer(num_kv_heads=8, src_tp=4, dst_tp=2, is_mla=False)
     reads = plan.reads(1, "req")

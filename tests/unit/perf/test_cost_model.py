@@ -1,5 +1,7 @@
 """Properties of the cost model's pieces, each checked against a hand computation or a monotonicity property."""
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,8 +20,21 @@ QWEN = CostModel(get_model("qwen3-32b"), A2.chip, A2, "bf16", "bf16")
 
 def test_one_draft_token_accepted_70_percent_emits_1_7_tokens_per_step():
     assert accepted_tokens_per_step(1, 0.7) == pytest.approx(1.7)
-    assert accepted_tokens_per_step(2, 0.5) == pytest.approx(1 + 0.5 + 0.25)
     assert accepted_tokens_per_step(0, 0.9) == 1
+
+
+def test_tokens_per_step_match_drafts_verified_one_after_another():
+    # Play the steps out: the target model always emits one token, and draft j counts only if drafts 1..j-1 did.
+    rng = random.Random(7)
+    for mtp, acceptance in ((2, 0.5), (3, 0.8)):
+        steps, emitted = 20_000, 0
+        for _ in range(steps):
+            emitted += 1
+            for _ in range(mtp):
+                if rng.random() >= acceptance:
+                    break
+                emitted += 1
+        assert accepted_tokens_per_step(mtp, acceptance) == pytest.approx(emitted / steps, rel=0.02)
 
 
 def test_ring_all_reduce_of_8_ranks_moves_7_eighths_twice():

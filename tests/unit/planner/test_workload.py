@@ -28,12 +28,17 @@ def test_a_p99_below_the_mean_is_refused_with_a_fix():
     assert err.value.field == "workload.input_tokens" and "p99" in err.value.fix
 
 
-def test_decode_context_weights_long_outputs_more():
+def test_decode_context_is_the_context_held_at_an_average_decode_step():
     from ascend_pd.planner.workload import LengthSamples
 
-    lengths = LengthSamples(np.array([1000.0, 1000.0]), np.array([100.0, 300.0]))
-    # (100 x (1000 + 50) + 300 x (1000 + 150)) / 400
-    assert lengths.mean_decode_context() == pytest.approx((100 * 1050 + 300 * 1150) / 400)
+    inputs, outputs = [1000, 1000, 200, 5000], [100, 300, 1, 40]
+    # Walk every decode step of every sequence: at its k-th output token a sequence holds its prompt and the k
+    # tokens generated so far. A sequence with a long output is in more steps, so it weighs more.
+    held = [i + k for i, o in zip(inputs, outputs) for k in range(1, o + 1)]
+    lengths = LengthSamples(np.array(inputs, dtype=float), np.array(outputs, dtype=float))
+    assert lengths.mean_decode_context() == pytest.approx(sum(held) / len(held), abs=1)  # within one token
+    per_sequence = np.mean([i + o / 2 for i, o in zip(inputs, outputs)])  # what forgetting the weights gives
+    assert abs(lengths.mean_decode_context() - per_sequence) > 100
 
 
 def test_trace_lengths_are_resampled_from_the_trace(tmp_path):

@@ -40,10 +40,17 @@ def test_each_dp_rank_is_its_own_endpoint():
         ("decode", "http://127.0.0.1:8200", 0)]
 
 
-def test_kv_side_channel_of_a_dp_rank_starts_at_kv_port_plus_rank_times_tp():
-    prefill_rank1 = endpoints_from_deployment(parse_deployment(DEPLOYMENT))[1]
-    assert (prefill_rank1.kv.host, prefill_rank1.kv.port, prefill_rank1.kv.engine_id) == ("127.0.0.1", 26001,
-                                                                                         "prefill-0")
+def test_the_kv_workers_of_an_instance_tile_its_port_range():
+    # TP2 x DP2: worker r of DP rank d listens on the port handed to D for d, plus r. The four workers must take
+    # kv_port .. kv_port + 3, each its own; starting rank d at kv_port + d would put two workers on one port.
+    text = DEPLOYMENT.replace("parallel: {tp: 1, dp: 2}", "parallel: {tp: 2, dp: 2}").replace(
+        "[{node: localhost-00, devices: [0]}, {node: localhost-00, devices: [1]}]",
+        "[{node: localhost-00, devices: [0, 1]}, {node: localhost-00, devices: [2, 3]}]")
+    prefill = [e for e in endpoints_from_deployment(parse_deployment(text)) if e.role == "prefill"]
+    worker_ports = [e.kv.port + tp_rank for e in prefill for tp_rank in range(e.kv.tp_size)]
+    assert sorted(worker_ports) == [26000, 26001, 26002, 26003]
+    assert [(e.kv.host, e.kv.engine_id, e.kv.dp_rank) for e in prefill] == [("127.0.0.1", "prefill-0", 0),
+                                                                             ("127.0.0.1", "prefill-0", 1)]
 
 
 @pytest.mark.parametrize("implementation,mode,flow", [("ascend-pd", "push", "push"), ("ascend-pd", "pull", "pull"),

@@ -1,6 +1,7 @@
 """Request and transfer ids minted without uuid4, and the event loop choice (uvloop when importable)."""
 
 import asyncio
+import subprocess
 import sys
 
 import pytest
@@ -23,9 +24,39 @@ def test_transfer_ids_are_32_hex_digits_and_never_repeat():
     assert all(len(t) == 32 and int(t, 16) >= 0 for t in ids)
 
 
-def test_two_processes_do_not_mint_the_same_ids():
-    first, second = IdSource(prefix=1), IdSource(prefix=2)  # what two proxies draw at start
-    assert {first.hex32() for _ in range(100)}.isdisjoint({second.hex32() for _ in range(100)})
+MINT_IN_A_FRESH_PROCESS = """
+from ascend_pd.proxy.ids import new_request_id, new_transfer_id
+for _ in range(200):
+    print(new_request_id(), new_transfer_id())
+"""
+
+
+def ids_of_a_fresh_process() -> tuple[list[str], list[str]]:
+    """The ids a newly started proxy process mints first, with the prefix it drew at import."""
+    lines = subprocess.run([sys.executable, "-c", MINT_IN_A_FRESH_PROCESS], capture_output=True, text=True,
+                           check=True).stdout.split("\n")
+    pairs = [line.split() for line in lines if line]
+    return [r for r, _ in pairs], [t for _, t in pairs]
+
+
+def test_proxy_processes_started_alike_mint_disjoint_ids():
+    # Three processes started the same way, as replicas or restarts are: each counter starts at 1, so only the
+    # prefix each draws keeps their ids apart. A prefix fixed at import time, or taken from anything two processes
+    # can share, fails here.
+    runs = [ids_of_a_fresh_process() for _ in range(3)]
+    for request_ids, transfer_ids in runs:
+        assert all(REQUEST_ID.fullmatch(r) for r in request_ids)
+        assert all(len(t) == 32 and int(t, 16) >= 0 for t in transfer_ids)
+    prefixes = {ids[0][0][3:19] for ids in runs}
+    assert len(prefixes) == 3, f"processes drew the same prefix: {prefixes}"
+    minted = [set(request_ids) | {f"pd-{t}" for t in transfer_ids} for request_ids, transfer_ids in runs]
+    assert sum(map(len, minted)) == len(set().union(*minted))
+
+
+def test_an_id_source_counts_after_its_prefix():
+    ids = IdSource(prefix=0xABC)
+    assert [ids.hex32(), ids.request_id()] == ["0000000000000abc0000000000000001",
+                                               "pd-0000000000000abc0000000000000002"]
 
 
 def test_asyncio_is_always_available():
