@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.hardware import Cluster, load_cluster
-from ascend_pd.yamlfile import Loc, load_model, parse_yaml, validate_model
+from ascend_pd.yamlfile import Loc, dump_yaml, load_model, parse_yaml, validate_model
 
 
 class LoadedDeployment:
@@ -41,7 +39,7 @@ def parse_deployment(text: str | bytes, source: str = "<string>") -> LoadedDeplo
 
 def dump_deployment(deployment: Deployment) -> str:
     data = deployment.model_dump(mode="json", exclude_none=True)
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+    return dump_yaml(data, default_flow_style=None, width=120)
 
 
 def write_deployment(deployment: Deployment, path: str | Path) -> None:

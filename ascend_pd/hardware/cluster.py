@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from ipaddress import IPv4Address
 from typing import Iterable
 
@@ -61,19 +62,21 @@ class Cluster:
     protocols: tuple[str, ...]
     source: str = ""
     _by_node: dict[str, tuple[Device, ...]] = field(default_factory=dict, compare=False, repr=False)
+    _node_by_name: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         grouped: dict[str, list[Device]] = {node.name: [] for node in self.nodes}
         for device in self.devices:
             grouped[device.node].append(device)
         self._by_node.update({name: tuple(devs) for name, devs in grouped.items()})
+        self._node_by_name.update({node.name: node for node in self.nodes})
 
-    # --- lookups ---------------------------------------------------------------------------------------------
+    # --- lookups (a SuperCluster has thousands of nodes: every lookup here is a dict or computed once) -----------
     def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(f"cluster '{self.name}' has no node '{name}'")
+        try:
+            return self._node_by_name[name]
+        except KeyError:
+            raise KeyError(f"cluster '{self.name}' has no node '{name}'") from None
 
     def has_node(self, name: str) -> bool:
         return name in self._by_node
@@ -92,15 +95,22 @@ class Cluster:
         """The chip of the first node; clusters shipped here are homogeneous."""
         return self.nodes[0].chip
 
-    @property
-    def superpods(self) -> list[int]:
-        return sorted({n.superpod for n in self.nodes if n.superpod is not None})
+    @cached_property
+    def superpods(self) -> tuple[int, ...]:
+        return tuple(sorted({n.superpod for n in self.nodes if n.superpod is not None}))
+
+    @cached_property
+    def superpod_device_count(self) -> int:
+        """Devices of the first SuperPoD (0 outside SuperPoDs)."""
+        if not self.superpods:
+            return 0
+        return sum(n.device_count for n in self.nodes if n.superpod == self.superpods[0])
 
     @property
     def device_count(self) -> int:
         return len(self.devices)
 
-    @property
+    @cached_property
     def devices_per_node(self) -> int:
         return max(node.device_count for node in self.nodes)
 

@@ -43,8 +43,7 @@ def group_link(cluster: Cluster, size: int) -> LinkTier | None:
     if size <= cluster.devices_per_node:
         return cluster.links[topology["node"]]
     if "superpod" in topology and cluster.superpods:
-        pod_devices = sum(n.device_count for n in cluster.nodes if n.superpod == cluster.superpods[0])
-        if size <= pod_devices:
+        if size <= cluster.superpod_device_count:
             return cluster.links[topology["superpod"]]
     return cluster.links[topology["cluster"]]
 

@@ -10,9 +10,9 @@ from ascend_pd.deploy.schema import (SLO, Connector, Deployment, DevicePlacement
 from ascend_pd.hardware import Cluster, Device, shipped_clusters
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import Option, Requirements
+from ascend_pd.planner.ports import HostPorts
 from ascend_pd.planner.search import Choice
 
-HTTP_PORT_START = 8100  # DP rank i of an instance serves on http_port + i; the proxy keeps 8080
 PROXY_PORT = 8080
 DECODE_MIN_BATCHED_TOKENS = 256
 PREFILL_MAX_SEQS = 16
@@ -67,8 +67,7 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
     wanted = [(option, index) for option, count in choice.instances for index in range(count)]
     instances: list[Instance] = []
     counters = {"prefill": 0, "decode": 0, "colocated": 0}
-    http_port = HTTP_PORT_START
-    kv_port = cluster.ephemeral_port_range()[1]  # side-channel ports above the Ascend transport's random range
+    ports = HostPorts(cluster.ephemeral_port_range())
     for group in groups:
         offset = 0
         for option, _ in sorted(wanted, key=lambda item: -item[0].devices):  # largest first keeps offsets aligned
@@ -77,12 +76,12 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
             offset += shape.devices
             name = f"{option.role}-{counters[option.role]}"
             counters[option.role] += 1
+            hosts = (cluster.node(node).host_ip for node in {d.node for d in devices})
+            http_port, kv_port = ports.claim(name, hosts, shape.dp, shape.devices)
             instances.append(Instance(
                 name=name, role=option.role, parallel=Parallel(tp=shape.tp, dp=shape.dp, ep=shape.ep, pp=shape.pp),
                 devices=_placements(devices, shape.tp), http_port=http_port, kv_port=kv_port, engine_id=name,
                 vllm=_vllm_args(cost, option, req)))
-            http_port += shape.dp
-            kv_port += shape.devices
     protocol = "ascend" if "ascend" in cluster.protocols else cluster.protocols[0]
     model = cost.model
     return Deployment(

@@ -57,14 +57,14 @@ def _powers_of_two(limit: int) -> list[int]:
 def unit_devices(cluster: Cluster) -> int:
     """Devices of one serving group: a SuperPoD where there are several, else the whole cluster."""
     if len(cluster.superpods) > 1:
-        return sum(n.device_count for n in cluster.nodes if n.superpod == cluster.superpods[0])
+        return cluster.superpod_device_count
     return cluster.device_count
 
 
 def largest_instance(cluster: Cluster, budget: int) -> int:
     """Instance sizes are powers of two, so they pack without stranding devices; none crosses a SuperPoD."""
-    limit = min(budget, unit_devices(cluster))
-    return max(p for p in _powers_of_two(limit) if unit_devices(cluster) % p == 0 or p <= cluster.devices_per_node)
+    unit = unit_devices(cluster)
+    return max(p for p in _powers_of_two(min(budget, unit)) if unit % p == 0 or p <= cluster.devices_per_node)
 
 
 def candidate_shapes(cost: CostModel, budget: int, max_model_len: int) -> list[Shape]:

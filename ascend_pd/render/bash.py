@@ -38,7 +38,7 @@ def launch_script(plan: LaunchPlan, node: NodePlan) -> str:
 
 
 def stop_script(plan: LaunchPlan, node_name: str) -> str:
-    names = [p.name for p in plan.processes() if p.node == node_name]
+    names = [p.name for p in plan.processes_on(node_name)]
     if plan.deployment.proxy.node == node_name:
         names.append("proxy")
     description = [f"Stop what launch-{node_name}.sh (and launch-proxy.sh, on the proxy node) started on {node_name}."]

@@ -7,13 +7,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from ascend_pd.deploy import Diagnostic, LoadedDeployment, dump_deployment, has_errors, validate
 from ascend_pd.render.bash import bash_files, readme
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
 from ascend_pd.render.ranktable import rank_table
+from ascend_pd.yamlfile import dump_yaml
 
 TARGETS = ("bash", "k8s", "all")
 DEFAULT_IMAGE = "ascend-pd:latest"
@@ -48,7 +47,7 @@ def _deployment_text(loaded: LoadedDeployment) -> str:
 
 
 def _yaml_documents(objects: list[dict]) -> str:
-    return "---\n".join(yaml.safe_dump(o, sort_keys=False, width=120) for o in objects)
+    return "---\n".join(dump_yaml(o, width=120) for o in objects)
 
 
 def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptions()) -> RenderResult:

@@ -36,7 +36,7 @@ def serve_script(plan: LaunchPlan, instance: str) -> str:
     body = ['case "${NODE_NAME:?the pod sets NODE_NAME from spec.nodeName}" in']
     for name in nodes:
         node = plan.node(name)
-        section = node_section(plan, node, [p for p in node.processes if p.instance == instance])
+        section = node_section(plan, node, plan.instance_processes(instance, name))
         body += [f"  {quote(name)})"] + [f"    {line}" if line else "" for line in section] + ["    ;;"]
     body += ["  *)", f'    echo "instance {instance} has no processes on node $NODE_NAME" >&2', "    exit 1", "    ;;",
              "esac", "", "# The pod ends, and is restarted, as soon as one of its engines exits.", "wait -n", "exit 1"]
@@ -100,7 +100,7 @@ def _spread_over(nodes: list[str], labels: dict[str, str]) -> dict[str, Any]:
 
 
 def _device_request(plan: LaunchPlan, instance: str, node: str) -> dict[str, int]:
-    count = sum(len(p.devices) for p in plan.node(node).processes if p.instance == instance)
+    count = sum(len(p.devices) for p in plan.instance_processes(instance, node))
     return {plan.cluster.node(node).resource_name: count}
 
 

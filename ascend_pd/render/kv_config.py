@@ -29,10 +29,10 @@ def _role_shapes(deployment: Deployment, instance: Instance, with_pp: bool) -> d
     vllm-ascend needs one shape per role (validation enforces it); AscendPDConnector takes the peer's TP size of
     each request from kv_transfer_params, so the peer entry here is only its default."""
     other_role = "decode" if instance.role == "prefill" else "prefill"
-    peers = deployment.by_role(other_role)
+    peer = next((i for i in deployment.instances if i.role == other_role), None)
     shapes = {instance.role: _shape(instance, with_pp)}
-    if peers:
-        shapes[other_role] = _shape(peers[0], with_pp)
+    if peer is not None:
+        shapes[other_role] = _shape(peer, with_pp)
     return {role: shapes[role] for role in ("prefill", "decode") if role in shapes}
 
 

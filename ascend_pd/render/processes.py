@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ascend_pd.deploy import Deployment, Instance, LoadedDeployment
@@ -70,19 +71,40 @@ class LaunchPlan:
     nodes: tuple[NodePlan, ...]  # nodes that run a serving process, in cluster order
     proxy_network: NodeNetwork
 
+    # A SuperCluster plan has thousands of nodes and instances: the lookups below are indexed once.
     def processes(self) -> list[Process]:
+        return self._processes
+
+    @cached_property
+    def _processes(self) -> list[Process]:
         return [p for node in self.nodes for p in node.processes]
 
+    @cached_property
+    def _nodes_by_name(self) -> dict[str, NodePlan]:
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
+    def _by_instance(self) -> dict[str, list[Process]]:
+        grouped: dict[str, list[Process]] = {}
+        for process in self._processes:
+            grouped.setdefault(process.instance, []).append(process)
+        return grouped
+
     def node(self, name: str) -> NodePlan:
-        return next(n for n in self.nodes if n.name == name)
+        return self._nodes_by_name[name]
+
+    def processes_on(self, node: str) -> tuple[Process, ...]:
+        """The serving processes of a node (none on a node that runs only the proxy, or nothing)."""
+        plan = self._nodes_by_name.get(node)
+        return plan.processes if plan else ()
+
+    def instance_processes(self, instance: str, node: str) -> list[Process]:
+        return [p for p in self._by_instance.get(instance, []) if p.node == node]
 
     def instance_nodes(self, instance: str) -> list[str]:
         """Nodes an instance runs on, its DP rank 0 node first."""
-        ordered: list[str] = []
-        for process in sorted((p for p in self.processes() if p.instance == instance), key=lambda p: p.dp_rank):
-            if process.node not in ordered:
-                ordered.append(process.node)
-        return ordered
+        ordered = sorted(self._by_instance.get(instance, []), key=lambda p: p.dp_rank)
+        return list(dict.fromkeys(p.node for p in ordered))
 
 
 def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, port: int,
@@ -121,29 +143,37 @@ def _additional_config(instance: Instance, moe: bool) -> dict[str, Any]:
     return {}
 
 
-def _is_mla(loaded: LoadedDeployment) -> bool:
-    model = Context.build(loaded).model
-    return bool(model and model.mla)
+@dataclass(frozen=True)
+class _Facts:
+    """What every instance's layout reads: the model's kind and the ports deployment.yaml already gives out."""
+
+    mla: bool
+    moe: bool
+    owners: dict[tuple[str, int], str]  # (host, port) -> who binds it
+
+    @classmethod
+    def of(cls, loaded: LoadedDeployment) -> "_Facts":
+        context = Context.build(loaded)
+        model = context.model
+        owners: dict[tuple[str, int], str] = {}
+        for claim in port_claims(context):
+            owners.setdefault((claim.host, claim.port), claim.owner)
+        return cls(mla=bool(model and model.mla), moe=bool(model and model.is_moe), owners=owners)
 
 
-def _is_moe(loaded: LoadedDeployment) -> bool:
-    model = Context.build(loaded).model
-    return bool(model and model.is_moe)
-
-
-def _coordination_port(loaded: LoadedDeployment, index: int, instance: Instance, host: str, port: int,
-                       purpose: str) -> int:
+def _coordination_port(loaded: LoadedDeployment, facts: _Facts, index: int, instance: Instance, host: str,
+                       port: int, purpose: str) -> int:
     """A port render adds beside the ones deployment.yaml names; refused when an endpoint already holds it."""
-    for claim in port_claims(Context.build(loaded)):
-        if claim.host == host and claim.port == port:
-            raise InputError(f"{purpose} of instance '{instance.name}' needs port {port} on {host}, which "
-                             f"{claim.owner} uses", file=loaded.source, field=f"instances[{index}].http_port",
-                             line=loaded.lines.get(("instances", index, "http_port")),
-                             fix="move http_port, or the other port, so that port is free")
+    owner = facts.owners.get((host, port))
+    if owner is not None:
+        raise InputError(f"{purpose} of instance '{instance.name}' needs port {port} on {host}, which "
+                         f"{owner} uses", file=loaded.source, field=f"instances[{index}].http_port",
+                         line=loaded.lines.get(("instances", index, "http_port")),
+                         fix="move http_port, or the other port, so that port is free")
     return port
 
 
-def _spread_rank_args(loaded: LoadedDeployment, index: int, instance: Instance, group: list,
+def _spread_rank_args(loaded: LoadedDeployment, facts: _Facts, index: int, instance: Instance, group: list,
                       networks: dict[str, NodeNetwork], port: int) -> list[str]:
     """vLLM's multi-node flags for a DP rank whose TP group spans nodes; each node must hold an equal share."""
     sizes = {len(p.devices) for p in group}
@@ -154,20 +184,20 @@ def _spread_rank_args(loaded: LoadedDeployment, index: int, instance: Instance, 
                          line=loaded.lines.get(("instances", index, "devices")),
                          fix="give each node of the rank the same number of devices")
     leader_ip = networks[group[0].node].host_ip
-    master_port = _coordination_port(loaded, index, instance, leader_ip, port + MASTER_PORT_OFFSET,
+    master_port = _coordination_port(loaded, facts, index, instance, leader_ip, port + MASTER_PORT_OFFSET,
                                      "the multi-node rendezvous")
     return ["--nnodes", str(len(group)), "--node-rank", "NODE_RANK", "--master-addr", leader_ip,
             "--master-port", str(master_port)]
 
 
-def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance, moe: bool,
+def _instance_processes(loaded: LoadedDeployment, facts: _Facts, index: int, instance: Instance,
                         networks: dict[str, NodeNetwork], platform: Platform) -> list[Process]:
     deployment = loaded.deployment
     groups = instance.rank_groups()
     parallel = instance.parallel
     workers_per_rank = parallel.tp * parallel.pp
     # vLLM runs external DP only for MoE models; a dense model's DP ranks are independent engines.
-    external_dp = moe and parallel.dp > 1
+    external_dp = facts.moe and parallel.dp > 1
     if external_dp and any(len(group) > 1 for group in groups):
         raise InputError(f"instance '{instance.name}' spreads a DP rank of a MoE data-parallel group over nodes; "
                          "render cannot launch that yet", file=loaded.source, field=f"instances[{index}].devices",
@@ -176,11 +206,11 @@ def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance
     dp_args: list[str] = []
     if external_dp:
         leader_ip = networks[groups[0][0].node].host_ip
-        rpc_port = _coordination_port(loaded, index, instance, leader_ip, instance.http_port + DP_RPC_PORT_OFFSET,
-                                      "the DP coordinator")
+        rpc_port = _coordination_port(loaded, facts, index, instance, leader_ip,
+                                      instance.http_port + DP_RPC_PORT_OFFSET, "the DP coordinator")
         dp_args = ["--data-parallel-size", str(parallel.dp), "--data-parallel-rank", "RANK",
                    "--data-parallel-address", leader_ip, "--data-parallel-rpc-port", str(rpc_port)]
-    flags = engine_flags(platform, deployment.connector.implementation, instance, mla=_is_mla(loaded))
+    flags = engine_flags(platform, deployment.connector.implementation, instance, mla=facts.mla)
     processes = []
     for rank, group in enumerate(groups):
         port = instance.http_port + rank
@@ -192,7 +222,8 @@ def _instance_processes(loaded: LoadedDeployment, index: int, instance: Instance
             engine_id = reported_id = f"{base_id}_dp{rank}"
             kv_port = instance.kv_port + rank * workers_per_rank
         kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port)
-        spread_args = _spread_rank_args(loaded, index, instance, group, networks, port) if len(group) > 1 else []
+        spread_args = (_spread_rank_args(loaded, facts, index, instance, group, networks, port)
+                       if len(group) > 1 else [])
         argv = _vllm_argv(platform, deployment, instance, port, [*dp_args, *spread_args], kv_config, moe=external_dp,
                           engine_args=flags.argv)
         first_worker = 0
@@ -224,12 +255,14 @@ def plan_processes(loaded: LoadedDeployment, interface: str | None = None,
         raise InputError(f"--node-ip names node '{unknown[0]}', which cluster '{cluster.name}' does not have",
                          field="--node-ip", fix=f"use a node of {cluster.name} (ascend-pd show {cluster.name})")
     networks = {n.name: node_network(n, interface, node_ips) for n in cluster.nodes}
-    moe = _is_moe(loaded)
-    processes = [p for index, instance in enumerate(deployment.instances)
-                 for p in _instance_processes(loaded, index, instance, moe, networks, platform)]
+    facts = _Facts.of(loaded)
+    by_node: dict[str, list[Process]] = {}
+    for index, instance in enumerate(deployment.instances):
+        for process in _instance_processes(loaded, facts, index, instance, networks, platform):
+            by_node.setdefault(process.node, []).append(process)
     nodes = []
     for node in cluster.nodes:
-        here = tuple(p for p in processes if p.node == node.name)
+        here = tuple(by_node.get(node.name, ()))
         if not here:
             continue
         roles = {p.role for p in here}

@@ -7,6 +7,7 @@ from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
+from ascend_pd.deploy.schema import Instance
 
 
 def _disaggregated(ctx: Context) -> bool:
@@ -30,6 +31,15 @@ def vllm_ascend_needs_npu(ctx: Context) -> Iterator[Diagnostic]:
                        "use implementation: ascend-pd")
 
 
+def _decode_per_tp(ctx: Context) -> list[Instance]:
+    """The first decode instance of each TP size: a TP rule judges a prefill against these alone, not against every
+    decode instance of a SuperCluster."""
+    first: dict[int, Instance] = {}
+    for d in ctx.deployment.by_role("decode"):
+        first.setdefault(d.parallel.tp, d)
+    return list(first.values())
+
+
 @rule("APD403", "vllm-ascend pull mode cannot serve P TP < D TP, nor P TP not a multiple of D TP")
 def vllm_ascend_tp(ctx: Context) -> Iterator[Diagnostic]:
     conn = ctx.deployment.connector
@@ -38,7 +48,7 @@ def vllm_ascend_tp(ctx: Context) -> Iterator[Diagnostic]:
     for i, p in enumerate(ctx.deployment.instances):
         if p.role != "prefill":
             continue
-        for d in ctx.deployment.by_role("decode"):
+        for d in _decode_per_tp(ctx):
             if p.parallel.tp < d.parallel.tp or p.parallel.tp % d.parallel.tp:
                 yield ctx.diag("APD403", "error", ("instances", i, "parallel", "tp"),
                                f"prefill '{p.name}' tp={p.parallel.tp} and decode '{d.name}' tp={d.parallel.tp}: "
@@ -54,7 +64,7 @@ def tp_ratio(ctx: Context) -> Iterator[Diagnostic]:
     for i, p in enumerate(ctx.deployment.instances):
         if p.role != "prefill":
             continue
-        for d in ctx.deployment.by_role("decode"):
+        for d in _decode_per_tp(ctx):
             small, large = sorted((p.parallel.tp, d.parallel.tp))
             if large % small:
                 yield ctx.diag("APD404", "error", ("instances", i, "parallel", "tp"),

@@ -20,7 +20,7 @@ def test_default_cluster_is_one_full_cloudmatrix384():
     packages = {(d.node, d.package) for d in cluster.devices}
     assert len(packages) == 384
     assert cluster.device_count == 768
-    assert cluster.superpods == [0]
+    assert cluster.superpods == (0,)
 
 
 def test_cloudmatrix_x2_has_two_superpods_of_768_devices():
