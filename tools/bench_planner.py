@@ -1,17 +1,21 @@
 """Time `ascend-pd plan` and `ascend-pd simulate`, and compare the planner's goodput with the simulator's.
 
-Usage: python tools/bench_planner.py [--runs 5] [--skip-agreement]
+Usage: python tools/bench_planner.py [--runs 5] [--skip-agreement] [--superpods 1,10,32,64]
 
 Prints the median wall time of several in-process plan runs for DeepSeek-R1 on cloudmatrix384 (target < 10 s) and
-Qwen3-32B on atlas-800i-a2-x4 (target < 2 s), the time of one default-length simulation of the CloudMatrix384 plan
-(target < 30 s), and, for the workload and SLO of each shipped example deployment, the planner's predicted goodput
-next to the simulated one.
+Qwen3-32B on atlas-800i-a2-x4 (target < 2 s); for the workload and SLO of each shipped example deployment, the
+planner's predicted goodput next to the simulated one; and, for SuperClusters of N CloudMatrix384 SuperPoDs
+(tools/make_cluster.py), the wall time and peak memory of `ascend-pd plan`, `validate`, `render` and `simulate` run
+as commands (target: each under 30 s at 64 SuperPoDs, growing at most linearly from 10 to 64).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +29,7 @@ from ascend_pd.planner.plan import PlanInputs, make_plan
 from ascend_pd.planner.report import write_outputs
 from ascend_pd.planner.simulator import simulate
 from ascend_pd.planner.workload import DEFAULT_SLO, DEFAULT_WORKLOAD
+from make_cluster import cluster_of_superpods
 
 SIM_DURATION, SIM_WARMUP = 120.0, 30.0  # the `ascend-pd simulate` defaults
 
@@ -56,10 +61,60 @@ def agreement(example: str) -> tuple[str, float, float, float]:
             time.perf_counter() - started)
 
 
+def _high_water_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_command(argv: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MiB of one command, as its own process. The peak is the process's own VmHWM,
+    read until it exits: getrusage's figure for a child also counts the bench process it was forked from."""
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a chatty command never blocks on it
+        started = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=errors)
+        peak = 0.0
+        while child.poll() is None:
+            peak = max(peak, _high_water_mib(child.pid) or 0.0)
+            time.sleep(0.02)
+        seconds = time.perf_counter() - started
+        if child.returncode not in (0, 1):  # validate exits 1 on errors, which the plan must not have
+            errors.seek(0)
+            raise SystemExit(f"{' '.join(argv)} failed: {errors.read().decode()[-2000:]}")
+    return seconds, peak
+
+
+def superclusters(counts: list[int]) -> None:
+    cli = shutil.which("ascend-pd") or str(Path(sys.executable).with_name("ascend-pd"))
+    source = yaml.safe_load((configs_dir() / "clusters" / "cloudmatrix384-x2.yaml").read_text())
+    print("SuperClusters of CloudMatrix384: DeepSeek-R1, default workload, each step as a command")
+    print(f"{'SuperPoDs':>9} {'devices':>8} {'instances':>9} " +
+          " ".join(f"{step + ' s':>11} {'MiB':>5}" for step in ("plan", "validate", "render", "simulate")))
+    for count in counts:
+        with tempfile.TemporaryDirectory() as work:
+            cluster = Path(work) / "cluster.yaml"
+            cluster.write_text(yaml.safe_dump(cluster_of_superpods(source, count), sort_keys=False))
+            plan_dir, deployment = Path(work) / "plan", Path(work) / "plan" / "deployment.yaml"
+            figures = [run_command([cli, "plan", "--model", "deepseek-r1", "--cluster", str(cluster),
+                                    "--out", str(plan_dir)]),
+                       run_command([cli, "validate", str(deployment)]),
+                       run_command([cli, "render", str(deployment), "--out", str(Path(work) / "rendered")]),
+                       run_command([cli, "simulate", str(deployment)])]
+            instances = yaml.safe_load(deployment.read_text())["instances"]
+            print(f"{count:9d} {count * 768:8d} {len(instances):9d} " +
+                  " ".join(f"{seconds:11.1f} {mib:5.0f}" for seconds, mib in figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-agreement", action="store_true")
+    parser.add_argument("--superpods", default="1,10,32,64",
+                        help="SuperPoD counts of the SuperCluster table, comma-separated ('' skips it)")
     args = parser.parse_args()
 
     print(f"plan timings, median of {args.runs} runs (seconds)")
@@ -67,6 +122,9 @@ def main() -> None:
     for model, cluster, target in (("deepseek-r1", "cloudmatrix384", 10.0), ("qwen3-32b", "atlas-800i-a2-x4", 2.0)):
         full, cpu, search = time_plan(model, cluster, args.runs)
         print(f"{model + ' on ' + cluster:40} {full:10.2f} {cpu:6.2f} {search:8.2f} {target:7.1f}")
+    if args.superpods:
+        print()
+        superclusters([int(n) for n in args.superpods.split(",")])
     if args.skip_agreement:
         return
     print()

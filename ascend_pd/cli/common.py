@@ -1,8 +1,10 @@
-"""What every command shares: turning InputError into one clear message and exit code 2."""
+"""What every command shares: turning InputError into one clear message and exit code 2, and how one-shot commands
+run."""
 
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 from typing import Callable, TypeVar
 
@@ -25,5 +27,23 @@ def input_errors_exit_2(fn: F) -> F:
         except InputError as exc:
             click.echo(f"error: {exc.render()}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def one_shot(fn: F) -> F:
+    """Run a command that builds a large plan and exits without the cyclic garbage collector. Its full passes grow
+    with every object alive, so a SuperCluster plan of a hundred thousand objects spent most of its time in them;
+    reference counting still frees what the command drops, and the process ends soon after."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if was_enabled:
+                gc.enable()
 
     return wrapper  # type: ignore[return-value]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2
+from ascend_pd.cli.common import input_errors_exit_2, one_shot
 
 PROGRESS_AFTER_S = 1.0
 
@@ -80,6 +80,7 @@ class _LazyProgress:
               help="write deployment.yaml, plan.json, report.md, pareto.csv and pareto.png here")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
+@one_shot
 def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, kv_mode, out_dir, fmt,
              **workload_values) -> None:
     """Plan a deployment of MODEL on a cluster for a workload and SLO.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2
+from ascend_pd.cli.common import input_errors_exit_2, one_shot
 from ascend_pd.cli.render import parse_node_ips
 from ascend_pd.errors import InputError
 
@@ -20,6 +20,7 @@ from ascend_pd.errors import InputError
 @click.option("--node-ip", "node_ips", multiple=True, metavar="NODE=IP",
               help="host IP (server_id) of one node, overriding the cluster config; repeatable")
 @input_errors_exit_2
+@one_shot
 def ranktable_cmd(file: str, instance_name: str | None, out_dir: str | None, node_ips: tuple[str, ...]) -> None:
     """HCCL rank tables (server_list with device_id, device_ip, rank_id; super_pod_list and super_device_id inside
     a SuperPoD) for the instances of FILE, for sites whose HCCL setup needs one. Mooncake does not."""

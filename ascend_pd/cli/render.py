@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ascend_pd.cli.common import EXIT_FINDINGS, input_errors_exit_2
+from ascend_pd.cli.common import EXIT_FINDINGS, input_errors_exit_2, one_shot
 from ascend_pd.errors import InputError
 
 
@@ -32,6 +32,7 @@ def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--image", default="ascend-pd:latest", show_default=True,
               help="container image holding ascend-pd and vLLM, for the k8s target")
 @input_errors_exit_2
+@one_shot
 def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node_ips: tuple[str, ...],
                image: str) -> None:
     """Validate FILE (a deployment.yaml) and write what runs it into DIR.

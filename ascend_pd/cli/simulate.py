@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2
+from ascend_pd.cli.common import input_errors_exit_2, one_shot
 from ascend_pd.cli.plan import workload_options
 
 
@@ -22,6 +22,7 @@ from ascend_pd.cli.plan import workload_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
+@one_shot
 def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptance, seed, fmt,
                  **workload_values) -> None:
     """Simulate DEPLOYMENT_FILE with Poisson arrivals.
@@ -54,4 +55,7 @@ def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptanc
                         ("TPOT p50 / p90 / p99", spread("tpot_ms", 1)),
                         ("completed", f"{result['completed']} of {result['requests']}")):
         table.add_row(name, value)
+    if result["groups"] > result["simulated_groups"]:
+        table.add_row("simulated", f"{result['simulated_groups']} of {result['groups']} identical SuperPoD groups, "
+                                   "at its share of the rate; totals scaled")
     Console().print(table)

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ascend_pd.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from ascend_pd.cli.common import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, one_shot
 from ascend_pd.errors import InputError
 
 
@@ -16,6 +16,7 @@ from ascend_pd.errors import InputError
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people, json for tools")
 @click.option("--list-rules", is_flag=True, help="print every rule code with what it checks, then exit")
+@one_shot
 def validate_cmd(file: str | None, fmt: str, list_rules: bool) -> None:
     """Check FILE (a deployment.yaml) and print its diagnostics.
 

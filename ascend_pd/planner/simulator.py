@@ -23,6 +23,7 @@ from ascend_pd.deploy.vllm_flags import draft_config
 from ascend_pd.hardware import LinkTier
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.shape import Shape
+from ascend_pd.planner.replicas import MAX_SIMULATED_REQUESTS, identical_groups
 from ascend_pd.planner.workload import LengthSamples
 
 CONTEXT_POINTS = 12
@@ -330,8 +331,19 @@ def summarise(requests: list[Request], slo: SLO, warmup: float, duration: float)
 
 def simulate(deployment: Deployment, cost: CostModel, workload, slo: SLO, duration: float, warmup: float,
              seed: int = 0, mtp_acceptance: float = 0.7, base_dir=None) -> dict:
-    """Run `deployment` under `workload` for `duration` seconds; figures count requests arriving after `warmup`."""
+    """Run `deployment` under `workload` for `duration` seconds; figures count requests arriving after `warmup`.
+    A deployment of identical SuperPoD groups whose arrivals pass MAX_SIMULATED_REQUESTS runs one group at its
+    share of the rate; totals are scaled back and `simulated_groups` says how many of `groups` ran."""
     from ascend_pd.planner.workload import samples
+
+    replicas = identical_groups(deployment, cost.cluster)
+    if replicas is not None and workload.rate * duration > MAX_SIMULATED_REQUESTS:
+        share = workload.model_copy(update={"rate": workload.rate / replicas.count})
+        result = simulate(replicas.group, cost, share, slo, duration, warmup, seed, mtp_acceptance, base_dir)
+        for total in ("requests", "completed", "rate_rps", "goodput_rps"):
+            result[total] *= replicas.count
+        result["groups"] = replicas.count
+        return result
 
     count = int(workload.rate * duration * 1.2) + 100
     lengths = samples(workload, count, seed=seed + 1, base_dir=base_dir)
@@ -344,6 +356,7 @@ def simulate(deployment: Deployment, cost: CostModel, workload, slo: SLO, durati
         LengthSamples(lengths.input_tokens[keep], lengths.output_tokens[keep]), workload.rate * served,
         duration, warmup)
     result["rejected_share"] = 1 - served
+    result["groups"] = result["simulated_groups"] = 1
     result["rate_rps"] /= served
     result["slo_attainment"] *= served
     return result

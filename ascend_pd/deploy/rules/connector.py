@@ -45,10 +45,11 @@ def vllm_ascend_tp(ctx: Context) -> Iterator[Diagnostic]:
     conn = ctx.deployment.connector
     if conn.implementation != "vllm-ascend" or conn.mode != "pull":
         return
+    decode = _decode_per_tp(ctx)
     for i, p in enumerate(ctx.deployment.instances):
         if p.role != "prefill":
             continue
-        for d in _decode_per_tp(ctx):
+        for d in decode:
             if p.parallel.tp < d.parallel.tp or p.parallel.tp % d.parallel.tp:
                 yield ctx.diag("APD403", "error", ("instances", i, "parallel", "tp"),
                                f"prefill '{p.name}' tp={p.parallel.tp} and decode '{d.name}' tp={d.parallel.tp}: "
@@ -61,10 +62,11 @@ def vllm_ascend_tp(ctx: Context) -> Iterator[Diagnostic]:
 def tp_ratio(ctx: Context) -> Iterator[Diagnostic]:
     if ctx.deployment.connector.implementation != "ascend-pd":
         return
+    decode = _decode_per_tp(ctx)
     for i, p in enumerate(ctx.deployment.instances):
         if p.role != "prefill":
             continue
-        for d in _decode_per_tp(ctx):
+        for d in decode:
             small, large = sorted((p.parallel.tp, d.parallel.tp))
             if large % small:
                 yield ctx.diag("APD404", "error", ("instances", i, "parallel", "tp"),
