@@ -83,3 +83,25 @@ def test_10_superpods_render_a_launcher_per_node_and_k8s(tmp_path):
     instances = len(loaded.deployment.instances)
     manifests = "".join(text for name, text in result.files.items() if name.startswith("k8s/"))
     assert manifests.count("\nkind: Deployment\n") + manifests.count("\nkind: LeaderWorkerSet\n") >= instances
+
+
+def test_nodes_of_64_devices_plan_validate_and_render(tmp_path):
+    """The Ascend transport's ephemeral range on a 64-device node runs past 65535, so side channels go below it."""
+    import yaml
+
+    from ascend_pd.hardware import configs_dir
+
+    source = yaml.safe_load((configs_dir() / "clusters" / "cloudmatrix384.yaml").read_text())
+    for node_type in source["node_types"].values():
+        node_type["devices"] = 64
+    for group in source["node_groups"]:
+        group["count"] = 12
+    cluster = tmp_path / "wide-nodes.yaml"
+    cluster.write_text(yaml.safe_dump({**source, "name": "wide-nodes"}))
+    cost = cost_model("deepseek-r1", str(cluster))
+    outcome = make_plan(cost, PlanInputs(DEFAULT_WORKLOAD, DEFAULT_SLO, cluster_ref=str(cluster)))
+    path = tmp_path / "deployment.yaml"
+    write_deployment(outcome.deployment, path)
+    loaded = load_deployment(path)
+    assert [d for d in validate(loaded) if d.severity == "error"] == []
+    assert not render_bundle(loaded, RenderOptions(target="all")).refused

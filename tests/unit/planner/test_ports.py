@@ -25,8 +25,18 @@ def test_side_channel_ports_past_65535_name_the_instance_and_host():
     assert "decode-7" in caught.value.message and "h1" in caught.value.message and "65535" in caught.value.message
 
 
-def test_http_ports_stop_below_the_ascend_ephemeral_range():
+def test_http_ports_stay_where_render_s_coordination_ports_clear_the_ephemeral_range():
     ports = HostPorts(EPHEMERAL)
-    ports.claim("wide", ["h1"], 20000 - 8100, 1)
-    with pytest.raises(InputError, match="ephemeral"):
+    http, _ = ports.claim("wide", ["h1"], 900, 1)
+    assert http + 900 - 1 + 11000 < EPHEMERAL[0]
+    with pytest.raises(InputError, match="HTTP"):
         ports.claim("prefill-0", ["h1"], 1, 1)
+
+
+def test_nodes_whose_ephemeral_range_fills_the_top_put_side_channels_below_it():
+    ephemeral = (20000, 20000 + 1000 * 64)  # 64 devices per node: past 65535
+    ports = HostPorts(ephemeral)
+    http, kv = ports.claim("decode-0", ["h1"], 64, 64)
+    assert kv + 64 - 1 < ephemeral[0]
+    assert not set(range(http, http + 64)) & set(range(kv, kv + 64))
+    assert not set(range(http + 10000, http + 64 + 11000)) & set(range(kv, kv + 64))
