@@ -1,14 +1,14 @@
 """check_headers.sh: every kernel compiles against a header set and a wrong call (cpu/negative_control.cpp) does not.
 
-The stand-in run is always possible; the real AscendC headers only where a toolkit is installed (ASCEND_HOME_PATH).
+The stand-in run is always possible. The real AscendC headers exist only where a toolkit is installed; there
+build_npu.sh runs the check (kernels_ascendc/README.md), and here the script must say it checked nothing rather than
+pass.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-
-import pytest
 
 from ascendc_cpu import SOURCE_DIR
 
@@ -33,9 +33,8 @@ def test_the_check_fails_when_the_negative_control_compiles():
     assert "accept a call the real API rejects" in result.stdout
 
 
-@pytest.mark.skipif(not os.environ.get("ASCEND_HOME_PATH"), reason="no AscendC toolkit installed")
-def test_every_kernel_compiles_against_the_real_ascendc_headers():
-    result = check(os.environ["ASCEND_HOME_PATH"])
-    if result.returncode == 77:
-        pytest.skip(result.stderr.strip())
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_without_toolkit_headers_the_check_says_not_checked_instead_of_passing(tmp_path):
+    result = check(str(tmp_path))
+    assert result.returncode == 77
+    assert "not checked" in result.stderr and str(tmp_path) in result.stderr
+    assert "every kernel compiles" not in result.stdout
