@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, TypeVar
 
 from ascend_pd.deploy.diagnostics import Diagnostic, Severity
 from ascend_pd.deploy.io import LoadedDeployment
@@ -13,6 +13,8 @@ from ascend_pd.hardware import Cluster
 from ascend_pd.models import ModelSpec, get_model
 from ascend_pd.yamlfile import Loc, dotted, nearest_line
 
+T = TypeVar("T")
+
 
 @dataclass
 class Context:
@@ -21,6 +23,14 @@ class Context:
     model: ModelSpec | None  # None when model.name is a path that does not exist on this machine
     lines: dict[Loc, int]
     source: str
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def derived(self, name: str, compute: Callable[["Context"], T]) -> T:
+        """A fact several rules read (every port claim, say), computed once per context: on a SuperCluster each
+        costs a pass over thousands of instances."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
 
     @classmethod
     def build(cls, loaded: LoadedDeployment) -> "Context":

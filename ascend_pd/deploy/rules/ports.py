@@ -22,6 +22,10 @@ class PortClaim:
 def port_claims(ctx: Context) -> list[PortClaim]:
     """Every port a process binds: each DP rank's HTTP port on its leader's host, each worker's side-channel port
     (kv_port + dp_rank * tp * pp + worker) on the host of its device, and the proxy's port."""
+    return ctx.derived("port_claims", _collect_port_claims)
+
+
+def _collect_port_claims(ctx: Context) -> list[PortClaim]:
     host = {n.name: n.host_ip for n in ctx.cluster.nodes}
     claims: list[PortClaim] = []
     for i, inst in enumerate(ctx.deployment.instances):
