@@ -47,3 +47,9 @@ def one_shot(fn: F) -> F:
                 gc.enable()
 
     return wrapper  # type: ignore[return-value]
+
+
+calibration_option = click.option(
+    "--calibration", default=None, metavar="NAME|FILE",
+    help="cost-model calibration: a shipped profile (cloudmatrix-infer, the default: the paper's optimized stack; "
+         "vllm-ascend: vllm-ascend as users run it) or a file `ascend-pd calibrate` wrote")

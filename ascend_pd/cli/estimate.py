@@ -6,7 +6,8 @@ import json
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2
+from ascend_pd.defaults import MTP_ACCEPTANCE
 
 GIB = 1024**3
 
@@ -34,18 +35,19 @@ GIB = 1024**3
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=None,
               help="prefill: tokens batched per device in one step (default: one prompt per DP rank)")
 @click.option("--mtp", type=click.IntRange(min=0), default=0, show_default=True, help="draft tokens per step")
-@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True,
               help="probability each draft token is accepted")
+@calibration_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 def estimate_cmd(model, chip, cluster, quant, kv_dtype, role, tp, dp, ep, pp, batch_per_device, context, prompt_len,
-                 batch_tokens, mtp, mtp_acceptance, fmt) -> None:
-    """Estimate one instance shape with the cost model (calibrated on DeepSeek-R1 on CloudMatrix384)."""
+                 batch_tokens, mtp, mtp_acceptance, calibration, fmt) -> None:
+    """Estimate one instance shape with the cost model and a calibration profile (--calibration)."""
     from ascend_pd.perf.context import cost_model
     from ascend_pd.perf.estimate import EstimateRequest, estimate
     from ascend_pd.perf.shape import Shape
 
-    cost = cost_model(model, cluster, chip, quant, kv_dtype)
+    cost = cost_model(model, cluster, chip, quant, kv_dtype, calibration)
     result = estimate(cost, EstimateRequest(role=role, shape=Shape(tp, dp, ep, pp), context=context,
                                             batch_per_device=batch_per_device, prompt_len=prompt_len,
                                             batch_tokens=batch_tokens, mtp=mtp, mtp_acceptance=mtp_acceptance))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2, one_shot
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot
+from ascend_pd.defaults import MTP_ACCEPTANCE
 
 PROGRESS_AFTER_S = 1.0
 
@@ -73,22 +74,23 @@ class _LazyProgress:
               help="device budget (default: the whole cluster); with --rate the planner uses the fewest devices")
 @click.option("--mtp", type=click.IntRange(min=0), default=None,
               help="MTP draft tokens per decode step (default: the model's MTP layers)")
-@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=0.7, show_default=True)
+@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True)
 @click.option("--kv-mode", type=click.Choice(["push", "pull"]), default="push", show_default=True,
               help="how KV moves P -> D: pushed layer by layer during prefill, or pulled after it")
+@calibration_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write deployment.yaml, plan.json, report.md, pareto.csv and pareto.png here")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 @one_shot
-def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, kv_mode, out_dir, fmt,
-             **workload_values) -> None:
+def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, kv_mode, calibration,
+             out_dir, fmt, **workload_values) -> None:
     """Plan a deployment of MODEL on a cluster for a workload and SLO.
 
     Without workload flags the default workload is prompts lognormal (mean 4000, p99 16000 tokens), outputs
     lognormal (mean 500, p99 2000), SLO TTFT 2000 ms, TPOT 50 ms, 90% attainment. With --rate (and no
     --devices) the plan uses the fewest devices that sustain that rate; otherwise it maximises goodput on the
-    budget. The cost model is calibrated on DeepSeek-R1 on CloudMatrix384 only.
+    budget. --calibration picks the cost model's profile (see `ascend-pd calibrate` to fit your own).
     """
     from ascend_pd.perf.context import cost_model
     from ascend_pd.planner.plan import PlanInputs, make_plan
@@ -97,7 +99,7 @@ def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_a
     from ascend_pd.planner.workload_file import build_workload
 
     workload, slo = build_workload(DEFAULT_WORKLOAD, DEFAULT_SLO, workload_file, **workload_values)
-    cost = cost_model(model, cluster, None, quant, kv_dtype)
+    cost = cost_model(model, cluster, None, quant, kv_dtype, calibration)
     rate = workload_values["rate"]
     target = rate if rate and not devices else None
     progress = _LazyProgress(fmt == "text")

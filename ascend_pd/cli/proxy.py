@@ -7,6 +7,7 @@ import logging
 import click
 
 from ascend_pd.cli.common import input_errors_exit_2
+from ascend_pd.defaults import PROXY_PORT
 from ascend_pd.proxy.event_loop import EVENT_LOOPS
 
 
@@ -20,7 +21,7 @@ from ascend_pd.proxy.event_loop import EVENT_LOOPS
               help="flow for URL backends (default pull); with --deployment it comes from the connector settings")
 @click.option("--host", default="0.0.0.0", show_default=True, help="address to listen on")
 @click.option("--port", type=int, default=None, help="port to listen on [default: proxy.port of the deployment, "
-                                                       "else 8080]")
+                                                       f"else {PROXY_PORT}]")
 @click.option("--policy", default=None, help="routing policy for P and D: least-loaded, round-robin, random, "
                                              "prefix-affinity [default: proxy.policy of the deployment]")
 @click.option("--prefill-policy", default=None, help="routing policy for P only (overrides --policy)")

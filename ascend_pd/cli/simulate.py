@@ -6,8 +6,9 @@ import json
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2, one_shot
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot
 from ascend_pd.cli.plan import workload_options
+from ascend_pd.defaults import MTP_ACCEPTANCE
 
 
 @click.command("simulate")
@@ -17,13 +18,14 @@ from ascend_pd.cli.plan import workload_options
               help="seconds of arrivals to simulate")
 @click.option("--warmup", type=click.FloatRange(min=0), default=None,
               help="seconds of arrivals left out of the figures (default: a quarter of --duration)")
-@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True,
               help="probability each MTP draft token is accepted (instances with --speculative-config)")
+@calibration_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 @one_shot
-def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptance, seed, fmt,
+def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptance, calibration, seed, fmt,
                  **workload_values) -> None:
     """Simulate DEPLOYMENT_FILE with Poisson arrivals.
 
@@ -32,7 +34,8 @@ def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptanc
     from ascend_pd.planner.deployment_simulation import simulate_deployment_file
 
     run = simulate_deployment_file(deployment_file, workload_file, duration=duration, warmup=warmup,
-                                   mtp_acceptance=mtp_acceptance, seed=seed, **workload_values)
+                                   mtp_acceptance=mtp_acceptance, seed=seed, calibration=calibration,
+                                   **workload_values)
     result, slo = run.result, run.slo
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))

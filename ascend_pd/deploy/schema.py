@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ascend_pd.defaults import GPU_MEMORY_UTILIZATION, PREFILL_BATCH_TOKENS, PROXY_POLICY, PROXY_PORT, SLO_ATTAINMENT
+
 Role = Literal["prefill", "decode", "colocated"]
 
 
@@ -54,7 +56,7 @@ class Workload(_Strict):
 class SLO(_Strict):
     ttft_ms: float = Field(gt=0)
     tpot_ms: float = Field(gt=0)
-    attainment: float = Field(0.9, gt=0, le=1)
+    attainment: float = Field(SLO_ATTAINMENT, gt=0, le=1)
 
 
 class Parallel(_Strict):
@@ -82,9 +84,9 @@ class DevicePlacement(_Strict):
 
 class VllmArgs(_Strict):
     max_model_len: int = Field(32768, ge=16)
-    max_num_batched_tokens: int = Field(16384, ge=1)
+    max_num_batched_tokens: int = Field(PREFILL_BATCH_TOKENS, ge=1)
     max_num_seqs: int = Field(16, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(GPU_MEMORY_UTILIZATION, gt=0, le=1)
     block_size: int = Field(128, ge=1)
     enforce_eager: bool | None = Field(
         None, description="true: --enforce-eager; false: vLLM's graph mode; unset: the platform's choice for the role")
@@ -137,8 +139,8 @@ class Instance(_Strict):
 
 class Proxy(_Strict):
     node: str = Field(min_length=1)
-    port: int = Field(8080, ge=1, le=65535)
-    policy: Literal["least-loaded", "round-robin", "prefix-affinity", "random"] = "least-loaded"
+    port: int = Field(PROXY_PORT, ge=1, le=65535)
+    policy: Literal["least-loaded", "round-robin", "prefix-affinity", "random"] = PROXY_POLICY
 
 
 class Deployment(_Strict):

@@ -1,38 +1,120 @@
-"""Calibration data of the cost model: efficiencies and latency terms per chip, read from calibration.yaml."""
+"""Calibration of the cost model: how much of a chip's peaks serving achieves and the fixed costs of every step.
+
+Shipped profiles live in calibration.yaml, one per software stack (`cloudmatrix-infer`, the default, and
+`vllm-ascend`). A user's own file, as `ascend-pd calibrate` writes it, holds one profile's values.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from ascend_pd.errors import InputError
+
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
+DEFAULT_PROFILE = "cloudmatrix-infer"
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """How much of a chip's peaks serving achieves, and the fixed costs peaks do not capture."""
+    """How much of a chip's peaks serving achieves, and the fixed costs peaks do not capture (seconds)."""
 
     prefill_efficiency: float  # achieved fraction of peak FLOP/s in prefill (matmuls and attention)
     decode_efficiency: float  # achieved fraction of peak FLOP/s in decode
     hbm_efficiency: float  # achieved fraction of HBM bandwidth
-    memory_op_latency_s: float  # fixed cost of one launched kernel
+    kernel_launch_s: float  # fixed cost of one launched kernel
     ops_per_layer: int  # kernels per transformer layer
+    layer_overhead_eager_s: float  # framework cost per layer of a forward pass run op by op (Python, dispatch)
+    layer_overhead_graph_s: float  # the same when the forward pass replays a captured graph
+    decode_graph_mode: bool  # decode replays captured graphs (prefill always runs eagerly)
+    collective_launch_s: float  # fixed cost of one collective (TP all-reduce, EP dispatch or combine) per call
+    step_overhead_s: float  # per engine step: scheduling, input preparation, sampling launch
+    sampling_per_token_s: float  # per token a step verifies or samples
     prefill_overlap: bool  # communication hides behind compute in prefill (micro-batching)
+    name: str = DEFAULT_PROFILE  # the profile's name, or the file it came from
 
-    def with_values(self, **values: float) -> "Calibration":
+    def with_values(self, **values: Any) -> "Calibration":
         return replace(self, **values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+VALUE_FIELDS = tuple(f.name for f in fields(Calibration) if f.name != "name")
 
 
 @cache
-def _raw() -> dict:
-    return yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+def _shipped() -> dict:
+    return yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))["profiles"]
+
+
+def shipped_profiles() -> list[str]:
+    return list(_shipped())
+
+
+def _build(values: dict[str, Any], name: str, source: str) -> Calibration:
+    unknown = sorted(set(values) - set(VALUE_FIELDS))
+    missing = sorted(set(VALUE_FIELDS) - set(values))
+    if unknown or missing:
+        problem = f"unknown {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
+        raise InputError(f"calibration {problem}", file=source, field=(unknown or missing)[0],
+                         fix=f"a calibration holds exactly: {', '.join(VALUE_FIELDS)}")
+    try:
+        return Calibration(**values, name=name)
+    except TypeError as exc:  # pragma: no cover - dataclass arguments are checked above
+        raise InputError(str(exc), file=source) from exc
+
+
+def _profile(name: str, chip_id: str) -> Calibration:
+    raw = _shipped()[name]
+    values = dict(raw["default"], **(raw.get("chips", {}).get(chip_id) or {}))
+    return _build(values, name, f"{CALIBRATION_FILE.name}: {name}")
+
+
+def _from_file(path: Path, chip_id: str) -> Calibration:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read calibration file: {exc.strerror}", file=str(path),
+                         fix="pass a profile name or the path of a file `ascend-pd calibrate` wrote") from exc
+    except yaml.YAMLError as exc:
+        raise InputError(f"calibration file is not YAML: {exc}", file=str(path)) from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("values"), dict):
+        raise InputError("calibration file has no `values` mapping", file=str(path), field="values",
+                         fix="write it with `ascend-pd calibrate`")
+    base = raw.get("base", DEFAULT_PROFILE)
+    if base not in _shipped():
+        raise InputError(f"unknown base profile '{base}'", file=str(path), field="base",
+                         fix=f"use one of {', '.join(shipped_profiles())}")
+    values = _profile(base, chip_id).as_dict()
+    values.pop("name")
+    for key, value in raw["values"].items():
+        if key not in values:
+            raise InputError(f"unknown calibration value '{key}'", file=str(path), field=f"values.{key}",
+                             fix=f"use only {', '.join(VALUE_FIELDS)}")
+        if not isinstance(value, type(values[key])) and not (isinstance(values[key], float)
+                                                             and isinstance(value, int)):
+            raise InputError(f"'{key}' must be a {type(values[key]).__name__}, not {value!r}", file=str(path),
+                             field=f"values.{key}")
+        values[key] = value
+    return _build(values, str(path), str(path))
+
+
+def load_calibration(ref: str | None, chip_id: str) -> Calibration:
+    """The calibration `ref` names for `chip_id`: a shipped profile (default: cloudmatrix-infer) or a file."""
+    if ref is None or ref in _shipped():
+        return _profile(ref or DEFAULT_PROFILE, chip_id)
+    path = Path(ref)
+    if path.suffix in {".yaml", ".yml"} or path.exists():
+        return _from_file(path, chip_id)
+    raise InputError(f"unknown calibration '{ref}'", field="--calibration",
+                     fix=f"name a profile ({', '.join(shipped_profiles())}) or a calibration YAML file")
 
 
 def calibration_for(chip_id: str) -> Calibration:
-    """The calibration of `chip_id`: its own entries over the defaults."""
-    raw = _raw()
-    values = dict(raw["default"], **(raw.get("chips", {}).get(chip_id) or {}))
-    return Calibration(**values)
+    """The default profile's calibration of `chip_id`."""
+    return load_calibration(None, chip_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ascend_pd.hardware import LinkTier
 
 
@@ -16,10 +18,11 @@ def all_reduce_time(nbytes: float, ranks: int, link: LinkTier | None) -> float:
 
 
 def all_to_all_time(nbytes_per_device: float, ranks: int, link: LinkTier | None) -> float:
-    """One dispatch or combine: each device sends the (ranks-1)/ranks of its bytes that leave it to the others."""
+    """One dispatch or combine: each device sends the (ranks-1)/ranks of its bytes that leave it to the others,
+    all at once, and the group synchronises in log2(ranks) rounds of the tier's latency."""
     if ranks <= 1 or link is None:
         return 0.0
-    return (ranks - 1) / ranks * nbytes_per_device / link.bandwidth + link.latency
+    return (ranks - 1) / ranks * nbytes_per_device / link.bandwidth + math.log2(ranks) * link.latency
 
 
 def transfer_time(nbytes: float, link: LinkTier) -> float:

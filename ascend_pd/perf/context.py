@@ -5,6 +5,7 @@ from __future__ import annotations
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import DEFAULT_CLUSTER, Cluster, chip_catalog, load_cluster, shipped_clusters
 from ascend_pd.models import ModelSpec, get_model
+from ascend_pd.perf.calibration import load_calibration
 from ascend_pd.perf.cost import CostModel
 
 LARGE_MODEL_SHARE = 0.5  # bf16 weights above this share of a node's HBM: default to W8A8
@@ -36,8 +37,9 @@ def default_quantization(model: ModelSpec, cluster: Cluster) -> str:
 
 
 def cost_model(model: str, cluster: str | None = None, chip: str | None = None, quantization: str | None = None,
-               kv_dtype: str = "bf16") -> CostModel:
+               kv_dtype: str = "bf16", calibration: str | None = None) -> CostModel:
+    """`calibration`: a shipped profile name or a calibration file (default: the default profile)."""
     spec = get_model(model)
     found = resolve_cluster(cluster, chip)
     quant = quantization or default_quantization(spec, found)
-    return CostModel(spec, found.chip, found, quant, kv_dtype)
+    return CostModel(spec, found.chip, found, quant, kv_dtype, load_calibration(calibration, found.chip.id))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
+from ascend_pd.defaults import GPU_MEMORY_UTILIZATION
 from ascend_pd.hardware import Chip, Cluster, LinkTier
 from ascend_pd.models import ModelSpec, get_quantization
 from ascend_pd.perf.calibration import Calibration, calibration_for
@@ -109,15 +110,19 @@ class CostModel:
                 + attention_flops / shape.tp / self.chip.bf16_flops) / eff
 
     def _collectives(self, shape: Shape, rank_tokens: float, links: Links) -> dict[str, float]:
-        m = self.model
+        """TP all-reduce twice per layer, EP dispatch and combine once per MoE layer; each call pays the
+        collective's fixed launch cost on top of its alpha-beta time on the tier the group spans."""
+        m, launch = self.model, self.cal.collective_launch_s
         hidden_bytes = rank_tokens * m.hidden_size * ACTIVATION_BYTES
-        parts = {"tp_all_reduce": 2 * m.num_layers * all_reduce_time(hidden_bytes, shape.tp, links.tp)}
+        parts = {"tp_all_reduce": 0.0}
+        if shape.tp > 1:
+            parts["tp_all_reduce"] = 2 * m.num_layers * (all_reduce_time(hidden_bytes, shape.tp, links.tp) + launch)
         if m.moe and shape.ep > 1:
             routed_tokens = rank_tokens / shape.tp * m.moe.experts_per_token
             dispatch = all_to_all_time(routed_tokens * m.hidden_size * DISPATCH_BYTES, shape.ep, links.ep)
             combine = all_to_all_time(routed_tokens * m.hidden_size * ACTIVATION_BYTES, shape.ep, links.ep)
-            parts["ep_dispatch"] = m.moe_layers * dispatch
-            parts["ep_combine"] = m.moe_layers * combine
+            parts["ep_dispatch"] = m.moe_layers * (dispatch + launch)
+            parts["ep_combine"] = m.moe_layers * (combine + launch)
         return parts
 
     @cached_property
@@ -129,8 +134,16 @@ class CostModel:
             self._link_cache[shape] = Links.on(self.cluster, shape)
         return self._link_cache[shape]
 
-    def _launch_time(self) -> float:
-        return self.model.num_layers * self.cal.ops_per_layer * self.cal.memory_op_latency_s
+    def _layer_overhead(self, graph: bool) -> float:
+        """Fixed cost per layer of one forward pass: its kernels' launches, and the framework's own work per
+        layer (large when run op by op, small when a captured graph replays)."""
+        cal = self.cal
+        framework = cal.layer_overhead_graph_s if graph else cal.layer_overhead_eager_s
+        return cal.ops_per_layer * cal.kernel_launch_s + framework
+
+    def _step_overhead(self, tokens: float) -> float:
+        """Per engine step: scheduling and input preparation, and sampling each token the step produces."""
+        return self.cal.step_overhead_s + tokens * self.cal.sampling_per_token_s
 
     # --- prefill ---------------------------------------------------------------------------------------------
     def prefill_time(self, shape: Shape, prompt_lens: Sequence[float]) -> Breakdown:
@@ -144,10 +157,42 @@ class CostModel:
         comm_total = sum(comm.values())
         busy = max(compute, memory)
         exposed = max(0.0, comm_total - busy) if self.cal.prefill_overlap else comm_total
-        launch = self._launch_time()
+        layers = self.model.num_layers * self._layer_overhead(graph=False)
+        step = self._step_overhead(len(prompt_lens))
         parts = {"compute": compute, "weights_read": memory, **comm, "communication_exposed": exposed,
-                 "kernel_launch": launch}
-        return Breakdown(busy + exposed + launch, parts)
+                 "layer_overhead": layers, "step_overhead": step}
+        return Breakdown(busy + exposed + layers + step, parts)
+
+    def prefill_step_timer(self, shape: Shape) -> Callable[[float, float, int], float]:
+        """prefill_time(shape, prompts).total as a function of the batch's tokens, the sum of its prompts' squared
+        lengths and its prompt count, for callers that time many batches (the planner's prefill queue). Each term
+        of prefill_time is affine in the tokens but the expert imbalance and the experts a batch touches, so the
+        affine terms are probed once here and the other two are evaluated per call."""
+        cal, m = self.cal, self.model
+        eff, flops = cal.prefill_efficiency, self.chip.peak_flops(self._q.compute_precision)
+        other = self._other_flops_per_token / shape.tp / flops / eff
+        expert = self._expert_flops_per_token / shape.tp / flops / eff
+        attention = self._attn_dims[0] * m.num_layers / shape.tp / self.chip.bf16_flops / eff
+        group = shape.dp if shape.ep > 1 else 1
+        bandwidth = self.chip.hbm_bandwidth * cal.hbm_efficiency
+        held = self._weights_read(shape, 0.0) / bandwidth  # with no token routed: every weight but the experts
+        experts = self._weights_read(shape, math.inf) / bandwidth - held
+        untouched = 1 - m.moe.experts_per_token / m.moe.num_experts if m.moe else 0.0
+        links = self._links(shape)
+        comm_fixed = sum(self._collectives(shape, 0.0, links).values())
+        comm_per_token = sum(self._collectives(shape, 1.0, links).values()) - comm_fixed
+        fixed = m.num_layers * self._layer_overhead(graph=False) + cal.step_overhead_s
+        imbalance, overlap = self._imbalance, cal.prefill_overlap
+
+        def step(tokens: float, square_sum: float, count: int) -> float:
+            compute = tokens * (other + expert * imbalance(shape, tokens * group)) + attention * square_sum
+            memory = held + experts * (1 - untouched ** (tokens * group))
+            busy = max(compute, memory)
+            comm = comm_fixed + comm_per_token * tokens
+            exposed = max(0.0, comm - busy) if overlap else comm
+            return busy + exposed + fixed + count * cal.sampling_per_token_s
+
+        return step
 
     def chunk_time(self, shape: Shape, chunk_tokens: float, prompt_len: float) -> float:
         """What a chunk of `chunk_tokens` prompt tokens adds to a decode step that already reads the weights: its
@@ -157,23 +202,35 @@ class CostModel:
 
     # --- decode ----------------------------------------------------------------------------------------------
     def decode_step(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0) -> Breakdown:
-        """One decode step of one DP rank holding `batch_per_rank` sequences of mean length `context`; with MTP the
-        step verifies `mtp` draft tokens per sequence and runs the draft layer(s) `mtp` times."""
-        m = self.model
+        """One decode step of one DP rank holding `batch_per_rank` sequences of mean length `context`. With MTP
+        the step verifies `mtp` draft tokens per sequence, then runs the draft layer(s) `mtp` times, each a
+        forward pass of its own with its layers' share of the work and its own fixed costs."""
+        m, cal = self.model, self.cal
         rank_tokens = batch_per_rank * (1 + mtp)
         attention = self._attn_dims[1] * m.num_layers * rank_tokens * context
-        compute = self._compute_time(shape, rank_tokens, attention, self.cal.decode_efficiency)
+        linear = self._compute_time(shape, rank_tokens, 0.0, cal.decode_efficiency)
+        compute = self._compute_time(shape, rank_tokens, attention, cal.decode_efficiency)
         group_tokens = rank_tokens * (shape.dp if shape.ep > 1 else 1)
-        weights = self._weights_read(shape, group_tokens)
-        kv = batch_per_rank * context * m.kv_bytes_per_token_per_device(shape.tp, self.kv_dtype)
-        memory = (weights + kv) / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency)
+        bandwidth = self.chip.hbm_bandwidth * cal.hbm_efficiency
+        weights = self._weights_read(shape, group_tokens) / bandwidth
+        kv = batch_per_rank * context * m.kv_bytes_per_token_per_device(shape.tp, self.kv_dtype) / bandwidth
         comm = self._collectives(shape, rank_tokens, self._links(shape))
-        launch = self._launch_time()
-        main = max(compute, memory) + sum(comm.values()) + launch
-        draft = main * mtp * max(1, m.mtp_layers) / m.num_layers if mtp else 0.0
-        parts = {"compute": compute, "weights_read": weights / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency),
-                 "kv_read": kv / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency), **comm,
-                 "kernel_launch": launch, "mtp_draft": draft}
+        per_layer = self._layer_overhead(cal.decode_graph_mode)
+        layers = m.num_layers * per_layer
+        step = self._step_overhead(rank_tokens)
+        # Each kernel is bound by its own compute or its own memory traffic: the linear layers by the weights
+        # they stream, attention by the KV cache it reads (a roofline per kind of operator, then summed).
+        busy = max(linear, weights) + max(compute - linear, kv)
+        main = busy + sum(comm.values()) + layers + step
+        draft = 0.0
+        if mtp:
+            draft_layers = max(1, m.mtp_layers)
+            draft_comm = self._collectives(shape, batch_per_rank, self._links(shape))
+            per_pass = (draft_layers / m.num_layers * (busy + sum(draft_comm.values())) + draft_layers * per_layer
+                        + self._step_overhead(batch_per_rank))
+            draft = mtp * per_pass
+        parts = {"compute": compute, "weights_read": weights, "kv_read": kv, **comm, "layer_overhead": layers,
+                 "step_overhead": step, "mtp_draft": draft}
         return Breakdown(main + draft, parts)
 
     def tpot(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0,
@@ -181,11 +238,12 @@ class CostModel:
         return self.decode_step(shape, batch_per_rank, context, mtp).total / accepted_tokens_per_step(mtp, acceptance)
 
     # --- memory ----------------------------------------------------------------------------------------------
-    def memory(self, shape: Shape, gpu_memory_utilization: float = 0.9) -> MemoryFit:
+    def memory(self, shape: Shape, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> MemoryFit:
         return memory_fit(self.model, self.chip, self.quantization, self.kv_dtype, shape.tp, shape.pp, shape.ep,
                           gpu_memory_utilization)
 
-    def max_decode_batch(self, shape: Shape, tokens_per_sequence: float, gpu_memory_utilization: float = 0.9) -> int:
+    def max_decode_batch(self, shape: Shape, tokens_per_sequence: float,
+                         gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:
         """The most sequences of `tokens_per_sequence` a DP rank's KV cache holds."""
         return int(self.memory(shape, gpu_memory_utilization).kv_capacity_tokens // max(tokens_per_sequence, 1.0))
 

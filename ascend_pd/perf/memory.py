@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascend_pd.defaults import GPU_MEMORY_UTILIZATION, RUNTIME_RESERVE_BYTES
 from ascend_pd.hardware import Chip
 from ascend_pd.models import ModelSpec, get_quantization
 
-GIB = 1024**3
-# Activations, workspace, HCCL buffers and the runtime's own allocations, per device. vllm-ascend deployments on
-# 64 GB devices typically leave 6-10% free through gpu_memory_utilization; this is what sits inside the budget.
-RUNTIME_RESERVE_BYTES = 3.5 * GIB
+# RUNTIME_RESERVE_BYTES (ascend_pd.defaults): activations, workspace, HCCL buffers and the runtime's own
+# allocations, per device. vllm-ascend deployments on 64 GB devices typically leave 6-10% free through
+# gpu_memory_utilization; the reserve is what sits inside the budget.
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def weights_per_device(model: ModelSpec, quantization: str, tp: int, pp: int = 1
 
 
 def memory_fit(model: ModelSpec, chip: Chip, quantization: str, kv_dtype: str, tp: int, pp: int = 1, ep: int = 1,
-               gpu_memory_utilization: float = 0.9) -> MemoryFit:
+               gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> MemoryFit:
     weights = weights_per_device(model, quantization, tp, pp, ep)
     kv_per_token = model.kv_bytes_per_token_per_device(tp, kv_dtype) / pp
     budget = chip.hbm_bytes * gpu_memory_utilization - RUNTIME_RESERVE_BYTES

@@ -9,20 +9,22 @@ from typing import Callable
 
 import numpy as np
 
+from ascend_pd.defaults import DECODE_SLOT_UTILISATION, KV_HEADROOM, MAX_SEQS_PER_RANK, PREFILL_BATCH_TOKENS
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.shape import Shape
+from ascend_pd.planner.prefill_queue import PrefillPool
 from ascend_pd.planner.workload import LengthSamples
 
-DECODE_SLOT_UTILISATION = 0.9  # continuous batching keeps about this share of a rank's slots busy at steady state
-KV_HEADROOM = 0.9  # share of the KV cache planned for, so growing sequences are not preempted
-MAX_SEQS_PER_RANK = 512
 CHUNK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
 CURVE_POINTS = 48
-# The proxy sends each request to the lighter of two random ranks; the planner treats that as two ranks sharing
-# one queue (M/G/2), between random routing (M/G/1 per rank) and one queue for all ranks. The simulator, which
-# routes like the proxy, checks the choice.
+# Colocated ranks: the proxy sends each request to the lighter of two random ranks; their chunked-prefill queue is
+# treated as two ranks sharing one queue (M/G/2). Prefill ranks are played out instead (prefill_queue.py).
 ROUTING_POOL = 2
-PREFILL_BATCH_TOKENS = 16384  # tokens a prefill DP rank batches per step (longer prompts run alone)
+SIZING_RANKS = 8  # prefill ranks a shape is sized on: two-choice routing gains little beyond this many
+SIZING_REQUESTS = 1000
+SIZING_STEPS = 10  # halvings of the rate bracket: within 0.1% of the ceiling
+MAX_PREFILL_LOAD = 0.9  # highest share of its back-to-back capacity a prefill rank is planned to carry
+PREDICT_REPEATS = 4  # the planned prompts played this many times over for the predicted figures
 
 
 @dataclass(frozen=True)
@@ -132,13 +134,62 @@ def prefill_service(cost: CostModel, shape: Shape, prompts: np.ndarray) -> np.nd
     return np.interp(prompts, grid, times)
 
 
-def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int) -> Option | None:
+def prefill_ceiling(cost: CostModel, shape: Shape, req: Requirements) -> float:
+    """Requests/s one instance prefills with its queues never empty: no arrival rate beyond it is stable."""
     option = Option("prefill", shape, 0.0, chunk_tokens=prefill_batch_tokens(req))
-    service, extra = ttft_inputs(cost, option, req, kv_span_devices)
-    rank_rate = max_rate(service, extra, req.ttft, req.attainment, ROUTING_POOL) / ROUTING_POOL
-    if rank_rate <= 0:
+    return shape.dp * prefill_pool(cost, option, req).saturated_rate()
+
+
+def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int) -> Option | None:
+    """The highest rate per instance at which the TTFT of the attainment share of requests meets the SLO, played
+    out on a pool of SIZING_RANKS ranks routed like the proxy (the instance count is not known yet), and at most
+    MAX_PREFILL_LOAD of what the ranks prefill back to back: a short run cannot show a queue near capacity growing."""
+    option = Option("prefill", shape, 0.0, chunk_tokens=prefill_batch_tokens(req))
+    pool = prefill_pool(cost, option, req, SIZING_REQUESTS)
+    first_step = req.tpot * req.accepted  # decode's first step, at the SLO's pace
+
+    def attained(rate: float) -> float:
+        return prefill_attainment(cost, pool, req, rate, SIZING_RANKS, kv_span_devices, first_step)
+
+    if attained(1e-6 * SIZING_RANKS) < req.attainment:
         return None
-    return replace(option, rate=rank_rate * shape.dp)
+    ceiling = prefill_ceiling(cost, shape, req) / shape.dp * SIZING_RANKS
+    low, high = 0.0, MAX_PREFILL_LOAD * ceiling
+    if attained(high) >= req.attainment:
+        low = high
+    for _ in range(SIZING_STEPS if low < high else 0):
+        mid = (low + high) / 2
+        low, high = (mid, high) if attained(mid) >= req.attainment else (low, mid)
+    if low <= 0:
+        return None
+    return replace(option, rate=low / SIZING_RANKS * shape.dp)
+
+
+def prefill_pool(cost: CostModel, option: Option, req: Requirements, requests: int | None = None,
+                 repeats: int = 1) -> PrefillPool:
+    """The planned prompts (the first `requests` of them) on ranks of the option's shape."""
+    prompts = req.lengths.input_tokens[:requests]
+    return PrefillPool(cost, option.shape, option.chunk_tokens, prompts, repeats)
+
+
+def prefill_ttft(cost: CostModel, pool: PrefillPool, req: Requirements, rate: float, ranks: int,
+                 kv_span_devices: int, first_step: float) -> np.ndarray:
+    """TTFT of each request: its wait and batch on the prefill pool, the KV transfer that batch leaves exposed,
+    and decode's first step."""
+    run = pool.run(rate, ranks)
+    prompts = np.asarray(pool.prompts, dtype=float)[-run.latency.size:]
+    link = cost.kv_link(kv_span_devices)
+    fixed = cost.kv_transfer_time(pool.shape, 0.0, link)  # the time is affine in the tokens moved
+    transfers = fixed + prompts * (cost.kv_transfer_time(pool.shape, 1.0, link) - fixed)
+    exposed = transfers if req.kv_mode != "push" else np.maximum(transfers / cost.model.num_layers,
+                                                                 transfers - run.batch_duration)
+    return run.latency + exposed + first_step
+
+
+def prefill_attainment(cost: CostModel, pool: PrefillPool, req: Requirements, rate: float, ranks: int,
+                       kv_span_devices: int, first_step: float) -> float:
+    ttft = prefill_ttft(cost, pool, req, rate, ranks, kv_span_devices, first_step)
+    return float(np.mean(ttft <= req.ttft))
 
 
 def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
@@ -163,6 +214,21 @@ def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | 
     mean_output = float(req.lengths.output_tokens.mean())
     rank_rate = DECODE_SLOT_UTILISATION * batch / (mean_output * step_tpot)
     return Option("decode", shape, rank_rate * shape.dp, batch_per_rank=batch, tpot=step_tpot)
+
+
+def decode_operating_tpot(cost: CostModel, option: Option, req: Requirements, rank_rate: float) -> float:
+    """TPOT on a decode rank fed `rank_rate` requests/s: the batch B it holds follows Little's law,
+    B = rate x output tokens x TPOT(B), and TPOT grows with B, so B is the fixed point from below."""
+    context = req.lengths.mean_decode_context()
+    mean_output = float(req.lengths.output_tokens.mean())
+    batch = 1.0
+    for _ in range(100):
+        tpot = cost.tpot(option.shape, max(batch, 1.0), context, req.mtp, req.mtp_acceptance)
+        updated = min(rank_rate * mean_output * tpot, float(option.batch_per_rank))
+        if abs(updated - batch) < 1e-3:
+            break
+        batch = updated
+    return cost.tpot(option.shape, max(batch, 1.0), context, req.mtp, req.mtp_acceptance)
 
 
 def colocated_mean_step(rate: float, decode_step: float, chunk_time: float, chunks_per_request: float,

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.deploy import load_deployment, validate
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.models import get_model
+from ascend_pd.perf.calibration import load_calibration
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.workload import DEFAULT_SLO, DEFAULT_WORKLOAD
 from ascend_pd.planner.workload_file import build_workload
@@ -24,8 +26,8 @@ class DeploymentSimulation:
 
 
 def simulate_deployment_file(path: str | Path, workload_file: str | Path | None = None, *, duration: float = 120.0,
-                             warmup: float | None = None, mtp_acceptance: float = 0.7, seed: int = 0,
-                             **workload_values) -> DeploymentSimulation:
+                             warmup: float | None = None, mtp_acceptance: float = MTP_ACCEPTANCE, seed: int = 0,
+                             calibration: str | None = None, **workload_values) -> DeploymentSimulation:
     """Simulate the deployment in `path` for `duration` seconds of arrivals, leaving out the first `warmup`
     seconds (a quarter of `duration` when None). `workload_values` are build_workload's keyword arguments."""
     from ascend_pd.planner.simulator import simulate
@@ -47,7 +49,8 @@ def simulate_deployment_file(path: str | Path, workload_file: str | Path | None 
         model = get_model(deployment.model.name)
     except InputError as exc:
         raise InputError(exc.message, file=str(path), field="model.name", fix=exc.fix) from None
-    cost = CostModel(model, cluster.chip, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype)
+    cost = CostModel(model, cluster.chip, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype,
+                     load_calibration(calibration, cluster.chip.id))
     result = simulate(deployment, cost, workload, slo, duration, duration / 4 if warmup is None else warmup, seed,
                       mtp_acceptance, base_dir=Path(path).parent)
     result["devices"] = sum(inst.device_count for inst in deployment.instances)

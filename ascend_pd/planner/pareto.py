@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ascend_pd.defaults import DECODE_SLOT_UTILISATION, KV_HEADROOM
 from ascend_pd.perf.cost import CostModel
-from ascend_pd.planner.capacity import DECODE_SLOT_UTILISATION, Option, Requirements
+from ascend_pd.planner.capacity import Option, Requirements
 
 BATCH_POINTS = 10
 
@@ -32,7 +33,7 @@ def pareto_points(cost: CostModel, req: Requirements, options: dict[str, list[Op
     prefill = max(options["prefill"], key=lambda o: o.rate_per_device, default=None)
     if prefill is not None:
         for d in options["decode"]:
-            top = max(1, cost.max_decode_batch(d.shape, context / 0.9))
+            top = max(1, cost.max_decode_batch(d.shape, context / KV_HEADROOM))
             for batch in np.unique(np.geomspace(1, top, BATCH_POINTS).round()).astype(int):
                 tpot = cost.tpot(d.shape, float(batch), context, req.mtp, req.mtp_acceptance)
                 decode_rate = DECODE_SLOT_UTILISATION * batch * d.shape.dp / (mean_output * tpot) / d.devices

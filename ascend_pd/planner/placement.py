@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from ascend_pd.defaults import PROXY_POLICY, PROXY_PORT
 from ascend_pd.deploy.schema import (SLO, Connector, Deployment, DevicePlacement, Instance, Metadata, ModelRef,
                                      Parallel, Proxy, VllmArgs, Workload)
 from ascend_pd.hardware import Cluster, Device, shipped_clusters
@@ -13,7 +14,6 @@ from ascend_pd.planner.capacity import Option, Requirements
 from ascend_pd.planner.ports import HostPorts
 from ascend_pd.planner.search import Choice
 
-PROXY_PORT = 8080
 DECODE_MIN_BATCHED_TOKENS = 256
 PREFILL_MAX_SEQS = 16
 
@@ -91,4 +91,4 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
                        path=f"/models/{model.id}", served_name=model.id),
         connector=Connector(implementation="ascend-pd", mode=req.kv_mode, protocol=protocol),
         workload=workload, slo=slo, instances=instances,
-        proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy="least-loaded"))
+        proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy=PROXY_POLICY))

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
-from ascend_pd.planner.capacity import ROUTING_POOL, Requirements, ttft_attainment, ttft_inputs, ttft_quantile
+from ascend_pd.planner.capacity import (PREDICT_REPEATS, ROUTING_POOL, Requirements, decode_operating_tpot,
+                                        prefill_pool, prefill_ttft, ttft_attainment, ttft_inputs, ttft_quantile)
 from ascend_pd.planner.placement import build_deployment
 from ascend_pd.planner.search import Choice, Progress, SearchResult, search, unit_devices
 from ascend_pd.planner.workload import LengthSamples, samples
@@ -21,6 +23,7 @@ from ascend_pd.planner.workload import LengthSamples, samples
 SAMPLES = 2000
 MODEL_LEN_QUANTILE = 0.999  # requests longer than this share of the workload are not planned for
 MODEL_LEN_STEP = 1024
+CONFIRM_STEPS = 12
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class PlanInputs:
     devices: int | None = None  # budget; None: the whole cluster
     rate: float | None = None  # target requests/s; None: the most goodput within the budget
     mtp: int | None = None  # draft tokens per step; None: the model's MTP layers
-    mtp_acceptance: float = 0.7
+    mtp_acceptance: float = MTP_ACCEPTANCE
     kv_mode: str = "push"
     cluster_ref: str = ""
     base_dir: Path | None = None  # where a relative workload trace path is resolved
@@ -63,17 +66,32 @@ def requirements(cost: CostModel, inputs: PlanInputs) -> Requirements:
 
 def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int,
             rate: float | None = None) -> dict[str, Any]:
-    """Predicted figures at `rate` (default: the plan's design rate, the most it sustains within the SLOs)."""
+    """Predicted figures at `rate` (default: the plan's design rate, the most it sustains within the SLOs): TPOT at
+    the batch decode ranks hold at that rate, TTFT from the prefill stage played out with the plan's rank count."""
     max_rate = choice.rate * units
     rate = max_rate if rate is None else rate
+    group_rate = rate / units
     devices = choice.devices * units
-    first = choice.option("prefill") or choice.option("colocated")
-    ranks = choice.count(first.role) * first.shape.dp
-    service, extra = ttft_inputs(cost, first, req, min(budget, unit_devices(cost.cluster)))
-    pair_rate = rate / units / ranks * ROUTING_POOL  # what two ranks sharing a queue receive
-    attainment = ttft_attainment(pair_rate, service, extra, req.ttft, ROUTING_POOL)
-    tpot = max(o.tpot for o, _ in choice.instances if o.role != "prefill")
-    goodput = rate * attainment if tpot <= req.tpot else 0.0
+    span = min(budget, unit_devices(cost.cluster))
+    decode = choice.option("decode") or choice.option("colocated")
+    decode_ranks = choice.count(decode.role) * decode.shape.dp
+    tpot = decode_operating_tpot(cost, decode, req, group_rate / decode_ranks)
+    if decode.role == "colocated":
+        tpot = decode.tpot
+        service, extra = ttft_inputs(cost, decode, req, span)
+        pair_rate = group_rate / decode_ranks * ROUTING_POOL  # what two ranks sharing a queue receive
+        ttft_ok = ttft_attainment(pair_rate, service, extra, req.ttft, ROUTING_POOL)
+        ttft = {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3 for q in (50, 90, 99)}
+    else:
+        prefill = choice.option("prefill")
+        ranks = choice.count("prefill") * prefill.shape.dp
+        pool = prefill_pool(cost, prefill, req, repeats=PREDICT_REPEATS)
+        first_step = tpot * req.accepted
+        times = prefill_ttft(cost, pool, req, group_rate, ranks, span, first_step)
+        ttft_ok = float(np.mean(times <= req.ttft))
+        ttft = {f"p{q}": float(np.percentile(times, q)) * 1e3 for q in (50, 90, 99)}
+    attainment = ttft_ok if tpot <= req.tpot else 0.0
+    goodput = rate * attainment
     mean_output = float(req.lengths.output_tokens.mean())
     return {
         "max_rate_rps": max_rate,
@@ -83,10 +101,36 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
         "slo_attainment": attainment,
         "devices": devices,
         "output_tokens_per_s_per_device": rate * mean_output / devices,
-        "ttft_ms": {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3
-                    for q in (50, 90, 99)},
+        "ttft_ms": ttft,
         "tpot_ms": tpot * 1e3,
     }
+
+
+def confirmed(cost: CostModel, result: SearchResult, req: Requirements, budget: int,
+              rate: float | None) -> Choice:
+    """The chosen deployment, held to its SLO attainment with its own prefill rank count (the search sizes prefill
+    on SIZING_RANKS ranks; two-choice routing over fewer ranks queues longer). With a target rate, prefill instances
+    are added while the budget allows; otherwise the design rate comes down to what the deployment sustains."""
+    choice, units = result.best, result.units
+
+    def attains(candidate: Choice, at: float) -> bool:
+        return predict(cost, candidate, units, req, budget, at)["slo_attainment"] >= req.attainment - 1e-9
+
+    if choice.kind != "disaggregated":
+        return choice
+    if rate is not None:
+        prefill, decode = choice.instances
+        while not attains(choice, rate) and (choice.devices + prefill[0].devices) * units <= budget:
+            prefill = (prefill[0], prefill[1] + 1)
+            choice = replace(choice, instances=(prefill, decode), devices=choice.devices + prefill[0].devices)
+        return choice
+    if attains(choice, choice.rate * units):
+        return choice
+    low, high = 0.0, choice.rate
+    for _ in range(CONFIRM_STEPS):
+        mid = (low + high) / 2
+        low, high = (mid, high) if attains(choice, mid * units) else (low, mid)
+    return replace(choice, rate=low)
 
 
 def make_plan(cost: CostModel, inputs: PlanInputs, progress: Progress | None = None) -> PlanOutcome:
@@ -98,6 +142,7 @@ def make_plan(cost: CostModel, inputs: PlanInputs, progress: Progress | None = N
                          field="--devices", fix=f"use at most {cluster.device_count}")
     req = requirements(cost, inputs)
     result = search(cost, req, budget, inputs.rate, progress)
+    result.best = confirmed(cost, result, req, budget, inputs.rate)
     predicted = predict(cost, result.best, result.units, req, budget, inputs.rate)
     workload = inputs.workload.model_copy(update={"rate": round(predicted["rate_rps"], 3)})
     deployment = build_deployment(cost, result.best, result.units, req, workload, inputs.slo,

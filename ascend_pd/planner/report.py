@@ -68,8 +68,8 @@ def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
         "comparison": comparison(outcome),
         "alternatives": [choice_json(c, r.units) for c in r.alternatives],
         "search_seconds": outcome.search_seconds,
-        "calibration": "cost model calibrated on DeepSeek-R1 W8A8 on CloudMatrix384 only: prefill 5,655 tokens/s "
-                       "per package (EP32) and decode TPOT 49.4 ms at batch 96 per package (EP320)",
+        "calibration": {"profile": cost.cal.name, "values": {k: v for k, v in cost.cal.as_dict().items()
+                                                             if k != "name"}},
     }
 
 
@@ -110,7 +110,8 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
         lines.append(f"| {alt['label']} | {alt['rate_rps']:.2f} | {alt['devices']} "
                      f"| {alt['rate_rps_per_device']:.4f} |")
     lines += ["", f"Files: deployment.yaml (`ascend-pd validate`, `ascend-pd simulate`), plan.json, pareto.csv, "
-              f"pareto.png. Deployment name: {deployment_name}.", "", f"Note: {data['calibration']}.", ""]
+              f"pareto.png. Deployment name: {deployment_name}.", "",
+              f"Cost model calibration: `{data['calibration']['profile']}` (its values are in plan.json).", ""]
     return "\n".join(lines)
 
 

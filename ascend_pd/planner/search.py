@@ -12,7 +12,8 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
-from ascend_pd.planner.capacity import Option, Requirements, colocated_option, decode_option, prefill_option
+from ascend_pd.planner.capacity import (Option, Requirements, colocated_option, decode_option, prefill_ceiling,
+                                        prefill_option)
 
 Progress = Callable[[str, int, int], None]
 
@@ -95,11 +96,21 @@ def evaluate_options(cost: CostModel, req: Requirements, budget: int,
     for index, shape in enumerate(shapes):
         if progress:
             progress(shape.label(), index, len(shapes))
-        for role, found in (("prefill", prefill_option(cost, shape, req, span)),
-                            ("decode", decode_option(cost, shape, req)),
+        for role, found in (("decode", decode_option(cost, shape, req)),
                             ("colocated", colocated_option(cost, shape, req))):
             if found is not None:
                 options[role].append(found)
+    # Prefill options are played out request by request, the costly part of the search: shapes go from the highest
+    # ceiling per device down, and one whose ceiling is below the best rate per device found cannot win.
+    ceilings = {shape: prefill_ceiling(cost, shape, req) / shape.devices for shape in shapes}
+    best = 0.0
+    for shape in sorted(shapes, key=lambda s: -ceilings[s]):
+        if ceilings[shape] < best:
+            break
+        found = prefill_option(cost, shape, req, span)
+        if found is not None:
+            options["prefill"].append(found)
+            best = max(best, found.rate_per_device)
     return options
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.deploy.schema import SLO, Deployment, Instance
 from ascend_pd.deploy.vllm_flags import draft_config
 from ascend_pd.hardware import LinkTier
@@ -122,7 +123,7 @@ class DecodeRank:
 
 class Simulation:
     def __init__(self, deployment: Deployment, cost: CostModel, slo: SLO, token_weighted_prompt: float,
-                 mtp_acceptance: float = 0.7, seed: int = 0):
+                 mtp_acceptance: float = MTP_ACCEPTANCE, seed: int = 0):
         self.deployment, self.cost, self.slo = deployment, cost, slo
         self.rng = np.random.default_rng(seed)
         self.pick = random.Random(seed)
@@ -330,7 +331,7 @@ def summarise(requests: list[Request], slo: SLO, warmup: float, duration: float)
 
 
 def simulate(deployment: Deployment, cost: CostModel, workload, slo: SLO, duration: float, warmup: float,
-             seed: int = 0, mtp_acceptance: float = 0.7, base_dir=None) -> dict:
+             seed: int = 0, mtp_acceptance: float = MTP_ACCEPTANCE, base_dir=None) -> dict:
     """Run `deployment` under `workload` for `duration` seconds; figures count requests arriving after `warmup`.
     A deployment of identical SuperPoD groups whose arrivals pass MAX_SIMULATED_REQUESTS runs one group at its
     share of the rate; totals are scaled back and `simulated_groups` says how many of `groups` ran."""

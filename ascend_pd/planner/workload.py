@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ascend_pd.defaults import SLO_ATTAINMENT, SLO_TPOT_MS, SLO_TTFT_MS
 from ascend_pd.deploy.schema import SLO, LengthDistribution, Workload
 from ascend_pd.errors import InputError
 
@@ -17,7 +18,7 @@ DEFAULT_WORKLOAD = Workload(
     input_tokens=LengthDistribution(mean=4000, p99=16000, distribution="lognormal"),
     output_tokens=LengthDistribution(mean=500, p99=2000, distribution="lognormal"),
     rate=10.0)
-DEFAULT_SLO = SLO(ttft_ms=2000, tpot_ms=50, attainment=0.9)
+DEFAULT_SLO = SLO(ttft_ms=SLO_TTFT_MS, tpot_ms=SLO_TPOT_MS, attainment=SLO_ATTAINMENT)
 
 
 @dataclass(frozen=True)

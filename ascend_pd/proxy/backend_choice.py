@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ascend_pd.defaults import PROXY_POLICY, PROXY_PORT
 from ascend_pd.errors import InputError
 from ascend_pd.proxy.endpoints import ROLES, Endpoint, endpoint_from_url, endpoints_from_deployment
 from ascend_pd.proxy.settings import Mode, mode_for
 
 # Addresses that mean "every interface": fine to listen on, useless as an address another host calls back.
 WILDCARDS = ("0.0.0.0", "::", "")
-DEFAULT_PORT = 8080
-DEFAULT_POLICY = "least-loaded"
+DEFAULT_PORT = PROXY_PORT
+DEFAULT_POLICY = PROXY_POLICY
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ascend_pd.defaults import PROXY_POLICY
 from ascend_pd.deploy import Deployment
 
 # pull: P first, then D with P's kv_transfer_params. push: P and D together with a shared transfer id (this
@@ -27,8 +28,8 @@ class Timeouts:
 class ProxySettings:
     mode: Mode = "pull"
     timeouts: Timeouts = field(default_factory=Timeouts)
-    prefill_policy: str = "least-loaded"
-    decode_policy: str = "least-loaded"
+    prefill_policy: str = PROXY_POLICY
+    decode_policy: str = PROXY_POLICY
     max_inflight: int = 1024
     retry_after_seconds: int = 1
     prefill_attempts: int = 3  # a failed P is retried on another P, before the handoff

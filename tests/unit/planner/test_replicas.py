@@ -27,7 +27,8 @@ def test_a_plan_on_two_superpods_is_two_identical_groups(two_pods):
 def test_superpods_holding_different_instances_are_not_cut(two_pods):
     cost, deployment = two_pods
     last = deployment.instances[-1]
-    changed = last.model_copy(update={"vllm": last.vllm.model_copy(update={"max_num_seqs": 7})})
+    more_seqs = last.vllm.model_copy(update={"max_num_seqs": last.vllm.max_num_seqs + 1})
+    changed = last.model_copy(update={"vllm": more_seqs})
     assert identical_groups(deployment.model_copy(update={"instances": [*deployment.instances[:-1], changed]}),
                             cost.cluster) is None
 
