@@ -20,6 +20,7 @@ COMMANDS = {
     "estimate": "ascend_pd.cli.estimate:estimate_cmd",
     "plan": "ascend_pd.cli.plan:plan_cmd",
     "simulate": "ascend_pd.cli.simulate:simulate_cmd",
+    "calibrate": "ascend_pd.cli.calibrate:calibrate_cmd",
 }
 
 

@@ -111,13 +111,11 @@ def confirmed(cost: CostModel, result: SearchResult, req: Requirements, budget: 
     """The chosen deployment, held to its SLO attainment with its own prefill rank count (the search sizes prefill
     on SIZING_RANKS ranks; two-choice routing over fewer ranks queues longer). With a target rate, prefill instances
     are added while the budget allows; otherwise the design rate comes down to what the deployment sustains."""
-    choice, units = result.best, result.units
+    choice, units = result.best_disaggregated, result.units
 
     def attains(candidate: Choice, at: float) -> bool:
         return predict(cost, candidate, units, req, budget, at)["slo_attainment"] >= req.attainment - 1e-9
 
-    if choice.kind != "disaggregated":
-        return choice
     if rate is not None:
         prefill, decode = choice.instances
         while not attains(choice, rate) and (choice.devices + prefill[0].devices) * units <= budget:
@@ -133,6 +131,23 @@ def confirmed(cost: CostModel, result: SearchResult, req: Requirements, budget: 
     return replace(choice, rate=low)
 
 
+def settle(cost: CostModel, result: SearchResult, req: Requirements, budget: int, rate: float | None) -> None:
+    """Confirm the best disaggregated deployment with its own rank count, then choose again between it and the
+    best colocated one: confirmation can add prefill instances (with a target rate) or lower the design rate."""
+    if result.best_disaggregated is None:
+        return
+    disaggregated = confirmed(cost, result, req, budget, rate)
+    colocated = result.best_colocated
+    result.best_disaggregated = disaggregated
+    if colocated is None:
+        result.best = disaggregated
+    elif rate is not None:
+        better = (disaggregated.devices, -disaggregated.rate) < (colocated.devices, -colocated.rate)
+        result.best = disaggregated if better else colocated
+    else:
+        result.best = disaggregated if disaggregated.rate_per_device >= colocated.rate_per_device else colocated
+
+
 def make_plan(cost: CostModel, inputs: PlanInputs, progress: Progress | None = None) -> PlanOutcome:
     started = time.perf_counter()
     cluster = cost.cluster
@@ -142,7 +157,7 @@ def make_plan(cost: CostModel, inputs: PlanInputs, progress: Progress | None = N
                          field="--devices", fix=f"use at most {cluster.device_count}")
     req = requirements(cost, inputs)
     result = search(cost, req, budget, inputs.rate, progress)
-    result.best = confirmed(cost, result, req, budget, inputs.rate)
+    settle(cost, result, req, budget, inputs.rate)
     predicted = predict(cost, result.best, result.units, req, budget, inputs.rate)
     workload = inputs.workload.model_copy(update={"rate": round(predicted["rate_rps"], 3)})
     deployment = build_deployment(cost, result.best, result.units, req, workload, inputs.slo,

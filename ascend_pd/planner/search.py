@@ -191,7 +191,8 @@ def search(cost: CostModel, req: Requirements, budget: int, rate: float | None,
             result = choose(options, group_budget, rate / units)
     if result is None:
         need = "the target rate" if rate is not None else "the SLO"
-        raise InputError(f"no deployment of {cost.model.id} on {budget} devices meets {need}", field="--devices",
+        raise InputError(f"no deployment of {cost.model.id} on {budget} devices meets {need} with the "
+                         f"'{cost.cal.name}' calibration", field="--devices",
                          fix="relax --ttft-ms/--tpot-ms, lower --rate, or give more devices")
     result.units = units
     return result
