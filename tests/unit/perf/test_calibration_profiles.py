@@ -1,0 +1,73 @@
+"""Choosing a calibration: shipped profiles by name, a user's file by path, and clear errors for anything else."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ascend_pd.cli.main import cli
+from ascend_pd.perf.calibration import load_calibration, shipped_profiles
+
+DECODE = ["estimate", "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--role", "decode", "--tp", "4",
+          "--context", "1024", "--batch-per-device", "4", "--format", "json"]
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def estimate(*extra: str) -> dict:
+    result = run(*DECODE, *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_both_profiles_are_shipped_and_the_default_is_the_papers_stack():
+    assert {"cloudmatrix-infer", "vllm-ascend"} <= set(shipped_profiles())
+    assert estimate()["calibration"] == "cloudmatrix-infer"
+
+
+def test_the_vllm_ascend_profile_pays_its_per_step_cost_on_every_decode_step():
+    default, stock = estimate(), estimate("--calibration", "vllm-ascend")
+    extra = load_calibration("vllm-ascend", "910b3").step_overhead_s - load_calibration(None, "910b3").step_overhead_s
+    assert stock["step_ms"] - default["step_ms"] == pytest.approx(extra * 1e3, rel=0.05)
+
+
+def test_a_calibration_file_overrides_only_the_values_it_names(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("base: vllm-ascend\nvalues: {step_overhead_s: 0.05}\n")
+    mine = load_calibration(str(path), "910b3")
+    base = load_calibration("vllm-ascend", "910b3")
+    assert mine.step_overhead_s == 0.05 and mine.decode_efficiency == base.decode_efficiency
+    assert mine.name == str(path)
+    assert estimate("--calibration", str(path))["step_ms"] > estimate("--calibration", "vllm-ascend")["step_ms"]
+
+
+@pytest.mark.parametrize("content, field", [("values: {decode_eficiency: 0.2}\n", "values.decode_eficiency"),
+                                            ("values: {decode_efficiency: fast}\n", "values.decode_efficiency"),
+                                            ("base: sglang\nvalues: {}\n", "base"),
+                                            ("decode_efficiency: 0.2\n", "values")])
+def test_a_bad_calibration_file_is_an_error_naming_the_file_and_field(tmp_path, content, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    result = run(*DECODE, "--calibration", str(path))
+    assert result.exit_code == 2
+    assert str(path) in result.output and f"field '{field}'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_unknown_profile_name_lists_the_shipped_ones():
+    result = run(*DECODE, "--calibration", "sglang")
+    assert result.exit_code == 2
+    assert "cloudmatrix-infer" in result.output and "vllm-ascend" in result.output
+
+
+def test_plan_writes_the_profile_it_used_into_plan_json_and_the_report(tmp_path):
+    out = tmp_path / "plan"
+    result = run("plan", "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--tpot-ms", "120",
+                 "--calibration", "vllm-ascend", "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "plan.json").read_text())
+    assert data["calibration"]["profile"] == "vllm-ascend"
+    assert data["calibration"]["values"]["step_overhead_s"] == load_calibration("vllm-ascend", "910b3").step_overhead_s
+    assert "`vllm-ascend`" in (out / "report.md").read_text()
