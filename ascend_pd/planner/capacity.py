@@ -16,7 +16,6 @@ from ascend_pd.planner.prefill_queue import PrefillPool
 from ascend_pd.planner.workload import LengthSamples
 
 CHUNK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
-CURVE_POINTS = 48
 # Colocated ranks: the proxy sends each request to the lighter of two random ranks; their chunked-prefill queue is
 # treated as two ranks sharing one queue (M/G/2). Prefill ranks are played out instead (prefill_queue.py).
 ROUTING_POOL = 2
@@ -127,13 +126,6 @@ def max_rate(service: np.ndarray, extra: np.ndarray, slo: float, target: float, 
 
 
 # --- per role ---------------------------------------------------------------------------------------------------
-def prefill_service(cost: CostModel, shape: Shape, prompts: np.ndarray) -> np.ndarray:
-    """Prefill time of each prompt on one DP rank, interpolated on a geometric grid of lengths."""
-    grid = np.unique(np.geomspace(max(1.0, prompts.min()), prompts.max(), CURVE_POINTS).round())
-    times = np.array([cost.prefill_time(shape, [float(n)]).total for n in grid])
-    return np.interp(prompts, grid, times)
-
-
 def prefill_ceiling(cost: CostModel, shape: Shape, req: Requirements) -> float:
     """Requests/s one instance prefills with its queues never empty: no arrival rate beyond it is stable."""
     option = Option("prefill", shape, 0.0, chunk_tokens=prefill_batch_tokens(req))
@@ -322,18 +314,7 @@ def ttft_quantile(rate: float, service: np.ndarray, extra: np.ndarray, q: float,
     return high
 
 
-def ttft_inputs(cost: CostModel, option: Option, req: Requirements,
-                kv_span_devices: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-request service time on the rank that emits the first token, and the TTFT after it: the exposed KV
-    transfer and decode's first step for prefill; nothing for colocated (its last chunk step emits the token)."""
-    prompts = req.lengths.input_tokens
-    if option.role == "colocated":
-        service = np.ceil(prompts / option.chunk_tokens) * option.chunk_step
-        return service, np.zeros_like(service)
-    service = prefill_service(cost, option.shape, prompts)
-    link = cost.kv_link(kv_span_devices)
-    fixed = cost.kv_transfer_time(option.shape, 0.0, link)  # the time is affine in the tokens moved
-    transfers = fixed + prompts * (cost.kv_transfer_time(option.shape, 1.0, link) - fixed)
-    exposed = transfers if req.kv_mode != "push" else np.maximum(transfers / cost.model.num_layers,
-                                                                 transfers - service)
-    return service, exposed + req.tpot * req.accepted
+def colocated_ttft_service(option: Option, req: Requirements) -> np.ndarray:
+    """Per request, the chunk steps a colocated rank takes to prefill it; its last chunk step emits the first
+    token, so nothing follows."""
+    return np.ceil(req.lengths.input_tokens / option.chunk_tokens) * option.chunk_step

@@ -14,8 +14,9 @@ from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
-from ascend_pd.planner.capacity import (PREDICT_REPEATS, ROUTING_POOL, Requirements, decode_operating_tpot,
-                                        prefill_pool, prefill_ttft, ttft_attainment, ttft_inputs, ttft_quantile)
+from ascend_pd.planner.capacity import (PREDICT_REPEATS, ROUTING_POOL, Requirements, colocated_ttft_service,
+                                        decode_operating_tpot, prefill_pool, prefill_ttft, ttft_attainment,
+                                        ttft_quantile)
 from ascend_pd.planner.placement import build_deployment
 from ascend_pd.planner.search import Choice, Progress, SearchResult, search, unit_devices
 from ascend_pd.planner.workload import LengthSamples, samples
@@ -75,14 +76,15 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
     span = min(budget, unit_devices(cost.cluster))
     decode = choice.option("decode") or choice.option("colocated")
     decode_ranks = choice.count(decode.role) * decode.shape.dp
-    tpot = decode_operating_tpot(cost, decode, req, group_rate / decode_ranks)
     if decode.role == "colocated":
-        tpot = decode.tpot
-        service, extra = ttft_inputs(cost, decode, req, span)
+        tpot = decode.tpot  # the mean step with its share of chunk steps, at the design rate
+        service = colocated_ttft_service(decode, req)
+        extra = np.zeros_like(service)
         pair_rate = group_rate / decode_ranks * ROUTING_POOL  # what two ranks sharing a queue receive
         ttft_ok = ttft_attainment(pair_rate, service, extra, req.ttft, ROUTING_POOL)
         ttft = {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3 for q in (50, 90, 99)}
     else:
+        tpot = decode_operating_tpot(cost, decode, req, group_rate / decode_ranks)
         prefill = choice.option("prefill")
         ranks = choice.count("prefill") * prefill.shape.dp
         pool = prefill_pool(cost, prefill, req, repeats=PREDICT_REPEATS)
