@@ -44,9 +44,17 @@ def calibrate_cmd(results, deployment_file, base, fit_names, mtp_acceptance, out
     rows = [{"input": row.label, "measured_ms": row.measured * 1e3, "predicted_ms": predicted * 1e3,
              "residual": err, "leave_one_out": loo.get(id(row))} for row, predicted, err in result.residuals]
     if fmt == "json":
-        click.echo(json.dumps({"base": base, "values": result.values, "rows": rows, "out": out_file}, indent=2))
+        click.echo(json.dumps({"base": base, "values": result.values, "at_bounds": result.at_bounds, "rows": rows,
+                               "out": out_file}, indent=2))
         return
     _print_text(base, result.values, rows, out_file)
+    from ascend_pd.perf.fitting import BOUNDS
+
+    for name in result.at_bounds:
+        low, high = BOUNDS[name]
+        click.echo(f"warning: {name} ended at {result.values[name]:.3g}, an end of its range {low:g} to {high:g}: "
+                   "the measurements push it further, so this value cannot explain them. Fit other values (--fit), "
+                   "or check that --deployment is what ran.", err=True)
 
 
 def _print_text(base: str, values: dict, rows: list[dict], out_file: str | None) -> None:

@@ -12,24 +12,26 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ascend_pd.hardware import Cluster
+from ascend_pd.hardware import Cluster, LinkTier
 from ascend_pd.models import ModelSpec
 from ascend_pd.perf.calibration import Calibration
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
 
 # What each value may be fitted within (seconds for the fixed costs).
+# Wide enough for an NPU cluster and for the CPU twin (whose efficiencies are a hundred times lower).
 BOUNDS: dict[str, tuple[float, float]] = {
-    "prefill_efficiency": (0.02, 1.0),
-    "decode_efficiency": (0.02, 1.0),
-    "hbm_efficiency": (0.2, 1.0),
-    "kernel_launch_s": (0.0, 1e-4),
-    "layer_overhead_eager_s": (0.0, 5e-3),
-    "layer_overhead_graph_s": (0.0, 2e-3),
-    "collective_launch_s": (0.0, 1e-3),
-    "step_overhead_s": (0.0, 0.2),
-    "sampling_per_token_s": (0.0, 1e-4),
+    "prefill_efficiency": (1e-4, 1.0),
+    "decode_efficiency": (1e-4, 1.0),
+    "hbm_efficiency": (0.01, 1.0),
+    "kernel_launch_s": (0.0, 1e-3),
+    "layer_overhead_eager_s": (0.0, 0.05),
+    "layer_overhead_graph_s": (0.0, 0.02),
+    "collective_launch_s": (0.0, 0.01),
+    "step_overhead_s": (0.0, 1.0),
+    "sampling_per_token_s": (0.0, 1e-3),
 }
+AT_BOUND = 1e-3  # a fitted value within this share of its range from an end sits on the bound
 SWEEPS = 8
 GOLDEN_STEPS = 40
 
@@ -52,13 +54,23 @@ class Row:
     prompts_in_flight: float = 1.0  # ttft: prompts prefilled together per rank
     mtp: int = 0
     mtp_acceptance: float = 0.0
+    # ttft measured at the client of a PD deployment: after prefill, the KV moves P -> D over `kv_link` (pulled
+    # or pushed) and D's first step (of `decode_shape`, holding `batch_per_rank` sequences) emits the token.
+    decode_shape: Shape | None = None
+    kv_link: LinkTier | None = None
+    kv_mode: str = "pull"
 
     def predict(self, calibration: Calibration) -> float:
         cost = CostModel(self.model, self.cluster.chip, self.cluster, self.quantization, self.kv_dtype, calibration)
         if self.metric == "tpot":
             return cost.tpot(self.shape, self.batch_per_rank, self.context, self.mtp, self.mtp_acceptance)
         batch = [self.prompt] * max(1, round(self.prompts_in_flight))
-        return cost.prefill_time(self.shape, batch).total
+        prefill = cost.prefill_time(self.shape, batch).total
+        if self.decode_shape is None:
+            return prefill
+        transfer = cost.kv_transfer_time(self.shape, self.prompt, self.kv_link)
+        first_step = cost.decode_step(self.decode_shape, self.batch_per_rank, self.prompt, self.mtp).total
+        return prefill + cost.kv_exposed_time(transfer, prefill, self.kv_mode) + first_step
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,8 @@ class FitResult:
     calibration: Calibration
     residuals: list[tuple[Row, float, float]]  # (row, predicted seconds, predicted / measured - 1)
     leave_one_out: list[tuple[Row, float]]  # (row, predicted / measured - 1 when fitted without it)
+    at_bounds: list[str]  # fitted values that ended on an end of their range: the rows ask for more
+
 
 
 def _loss(calibration: Calibration, rows: Sequence[Row]) -> float:
@@ -115,7 +129,9 @@ def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> FitResu
             others = [r for j, r in enumerate(rows) if j != i]
             without = base.with_values(**fit_values(base, others, names))
             loo.append((row, row.predict(without) / row.measured - 1))
-    return FitResult(values, fitted, residuals, loo)
+    at_bounds = [name for name, value in values.items()
+                 if min(abs(value - end) for end in BOUNDS[name]) <= AT_BOUND * (BOUNDS[name][1] - BOUNDS[name][0])]
+    return FitResult(values, fitted, residuals, loo, at_bounds)
 
 
 def errors(calibration: Calibration, rows: Sequence[Row]) -> list[tuple[Row, float, float]]:

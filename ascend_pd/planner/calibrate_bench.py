@@ -3,9 +3,10 @@
 Each result file becomes up to two fitting rows:
 - decode TPOT: the decode ranks held `output_throughput x mean_tpot / decode DP ranks` sequences on average
   (Little's law) of mean length prompt + output / 2;
-- prefill TTFT: with `request_throughput x mean_ttft / prefill DP ranks` prompts in prefill at once (Little's law
-  again), each of the mean prompt length. Queueing before a free rank is in the measured figure, so TTFT rows are
-  best measured at low concurrency.
+- TTFT: with `request_throughput x mean_ttft / prefill DP ranks` prompts in prefill at once (Little's law again),
+  each of the mean prompt length, then, on a PD deployment, the KV transfer the connector mode leaves exposed and
+  decode's first step. Queueing before a free rank is in the measured figure, so TTFT rows are best measured at low
+  concurrency.
 """
 
 from __future__ import annotations
@@ -113,18 +114,25 @@ def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult],
     mtp = (draft.num_speculative_tokens or 0) if draft else 0
     decode_ranks = sum(i.parallel.dp for i in decoders)
     prefill_ranks = sum(i.parallel.dp for i in first)
+    disaggregated = first[0].role == "prefill"
+    kv_link = None
+    if disaggregated:  # the tier between the first prefill and the first decode rank leaders
+        p_leader, d_leader = first[0].devices[0], decoders[0].devices[0]
+        kv_link = cluster.link_between(cluster.device(p_leader.node, p_leader.devices[0]),
+                                       cluster.device(d_leader.node, d_leader.devices[0]))
     common = dict(model=model, cluster=cluster, quantization=deployment.model.quantization,
                   kv_dtype=deployment.model.kv_cache_dtype)
     rows = []
     for r in results:
         name = Path(r.path).name
+        batch = max(1.0, r.output_throughput * r.mean_tpot / decode_ranks)
         rows.append(Row(label=f"{name} TPOT", metric="tpot", shape=decode_shape, measured=r.mean_tpot,
-                        batch_per_rank=max(1.0, r.output_throughput * r.mean_tpot / decode_ranks),
-                        context=r.mean_input + r.mean_output / 2, mtp=mtp,
+                        batch_per_rank=batch, context=r.mean_input + r.mean_output / 2, mtp=mtp,
                         mtp_acceptance=mtp_acceptance if mtp else 0.0, **common))
         rows.append(Row(label=f"{name} TTFT", metric="ttft", shape=prefill_shape, measured=r.mean_ttft,
                         prompt=r.mean_input, prompts_in_flight=r.request_throughput * r.mean_ttft / prefill_ranks,
-                        **common))
+                        batch_per_rank=batch, mtp=mtp, decode_shape=decode_shape if disaggregated else None,
+                        kv_link=kv_link, kv_mode=deployment.connector.mode, **common))
     return rows
 
 
