@@ -2,6 +2,8 @@
 
 import random
 
+import numpy as np
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -107,3 +109,20 @@ def test_kv_of_a_4k_prompt_over_roce_matches_bytes_over_bandwidth():
     # 4096 tokens x 262,144 B of Qwen3-32B from a TP4 rank: a quarter per device over 25 GB/s RoCE + 10 us.
     seconds = QWEN.kv_transfer_time(Shape(tp=4), 4096, QWEN.kv_link(16))
     assert seconds == pytest.approx(4096 * 262144 / 4 / 25e9 + 10e-6)
+
+
+@pytest.mark.parametrize("model, cluster, shape", [("deepseek-r1", "cloudmatrix384", Shape(tp=4, dp=4, ep=16)),
+                                                   ("deepseek-r1", "cloudmatrix384", Shape(tp=16)),
+                                                   ("qwen3-32b", "atlas-800i-a2-x4", Shape(tp=4)),
+                                                   ("qwen3-235b-a22b", "atlas-800t-a3-x4", Shape(tp=4, dp=4, ep=16))])
+@pytest.mark.parametrize("profile", ["cloudmatrix-infer", "vllm-ascend"])
+def test_the_batch_timer_the_planner_plays_prefill_with_is_prefill_time(model, cluster, shape, profile):
+    from ascend_pd.perf.context import cost_model
+
+    cost = cost_model(model, cluster, calibration=profile)
+    timer = cost.prefill_step_timer(shape)
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        prompts = [float(n) for n in rng.integers(1, 16000, rng.integers(1, 6))]
+        expected = cost.prefill_time(shape, prompts).total
+        assert timer(sum(prompts), sum(n * n for n in prompts), len(prompts)) == pytest.approx(expected, rel=1e-9)
