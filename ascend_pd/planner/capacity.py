@@ -16,14 +16,12 @@ from ascend_pd.planner.prefill_queue import PrefillPool
 from ascend_pd.planner.workload import LengthSamples
 
 CHUNK_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
-# Colocated ranks: the proxy sends each request to the lighter of two random ranks; their chunked-prefill queue is
-# treated as two ranks sharing one queue (M/G/2). Prefill ranks are played out instead (prefill_queue.py).
-ROUTING_POOL = 2
 SIZING_RANKS = 8  # prefill ranks a shape is sized on: two-choice routing gains little beyond this many
 SIZING_REQUESTS = 1000
 SIZING_STEPS = 10  # halvings of the rate bracket: within 0.1% of the ceiling
 MAX_PREFILL_LOAD = 0.9  # highest share of its back-to-back capacity a prefill rank is planned to carry
 PREDICT_REPEATS = 4  # the planned prompts played this many times over for the predicted figures
+CURVE_LOADS = 18  # loads at which the colocated TTFT curve is played out
 
 
 @dataclass(frozen=True)
@@ -63,66 +61,6 @@ class Option:
     @property
     def rate_per_device(self) -> float:
         return self.rate / self.devices
-
-
-# --- queueing ---------------------------------------------------------------------------------------------------
-def erlang_c(servers: int, load: float) -> float:
-    """Probability an arrival waits in an M/M/c queue with offered load `load` (the Erlang C formula, summed in
-    log space so hundreds of servers neither overflow nor loop in Python)."""
-    rho = load / servers
-    if rho >= 1:
-        return 1.0
-    if load <= 0:
-        return 0.0
-    k = np.arange(servers + 1)
-    log_terms = k * math.log(load) - np.concatenate(([0.0], np.cumsum(np.log(k[1:]))))
-    log_terms[-1] -= math.log(1 - rho)  # the waiting term a^c / c! / (1 - rho)
-    top = log_terms.max()
-    weights = np.exp(log_terms - top)
-    return float(weights[-1] / weights.sum())
-
-
-def attainment_curve(service: np.ndarray, extra: np.ndarray, slo: float) -> Callable[[float, int], float]:
-    """f(rate, servers): the share of requests whose wait + service + extra stays within `slo` when `rate`
-    arrivals/s share `servers` prefill ranks (the proxy routes to the least loaded). M/G/c with the Allen-Cunneen
-    mean wait: the wait is 0 with the Erlang C probability and else exponential. For one server this is
-    Pollaczek-Khinchine."""
-    mean_service = float(service.mean())
-    cv2 = float(service.var()) / mean_service**2
-    slack = slo - service - extra
-    met = slack >= 0
-    slack = slack[met]
-    share_met = met.mean()
-
-    def attainment(rate: float, servers: int = 1) -> float:
-        load = rate * mean_service
-        if load >= servers:
-            return 0.0
-        if rate <= 0 or slack.size == 0:
-            return float(share_met)
-        waits = erlang_c(servers, load)
-        mean_wait = waits * mean_service * (1 + cv2) / 2 / (servers - load)
-        tail = waits * np.exp(-waits * slack / max(mean_wait, 1e-12))
-        return float(share_met * (1.0 - tail.mean()))
-
-    return attainment
-
-
-def ttft_attainment(rate: float, service: np.ndarray, extra: np.ndarray, slo: float, servers: int = 1) -> float:
-    return attainment_curve(service, extra, slo)(rate, servers)
-
-
-def max_rate(service: np.ndarray, extra: np.ndarray, slo: float, target: float, servers: int = 1,
-             curve: Callable[[float, int], float] | None = None) -> float:
-    """The highest arrival rate at `servers` ranks whose TTFT attainment still reaches `target` (0 if none does)."""
-    curve = curve or attainment_curve(service, extra, slo)
-    if curve(0.0, 1) < target:
-        return 0.0
-    low, high = 0.0, servers / float(service.mean())
-    for _ in range(30):
-        mid = (low + high) / 2
-        low, high = (mid, high) if curve(mid, servers) >= target else (low, mid)
-    return low
 
 
 # --- per role ---------------------------------------------------------------------------------------------------
@@ -223,6 +161,34 @@ def decode_operating_tpot(cost: CostModel, option: Option, req: Requirements, ra
     return cost.tpot(option.shape, max(batch, 1.0), context, req.mtp, req.mtp_acceptance)
 
 
+def colocated_operating_point(cost: CostModel, option: Option, req: Requirements,
+                              rank_rate: float) -> tuple[float, float]:
+    """(TPOT, seconds per prompt token) on a colocated rank fed `rank_rate` requests/s: its batch B follows Little's
+    law, B = rate x output tokens x TPOT(B), where TPOT(B) is the mean step (decode step at B plus its share of
+    chunk steps) over the accepted tokens; the prompt queue moves `chunk` tokens per step of B plus a chunk."""
+    shape, chunk = option.shape, option.chunk_tokens
+    prompts = req.lengths.input_tokens
+    context = req.lengths.mean_decode_context()
+    mean_output = float(req.lengths.output_tokens.mean())
+    chunk_time = cost.chunk_time(shape, chunk, float(np.sum(prompts**2) / np.sum(prompts)))
+    chunks_per_request = float(np.mean(np.ceil(prompts / chunk)))
+    lockstep = shape.dp if shape.ep > 1 else 1
+
+    def at(batch: float) -> tuple[float, float]:
+        step = cost.decode_step(shape, max(batch, 1.0), context, req.mtp).total
+        mean = colocated_mean_step(rank_rate, step, chunk_time, chunks_per_request, lockstep)
+        return mean / req.accepted, (step + chunk_time) / chunk
+
+    batch = 1.0
+    for _ in range(100):
+        tpot, _ = at(batch)
+        updated = min(rank_rate * mean_output * tpot, float(option.batch_per_rank))
+        if abs(updated - batch) < 1e-3:
+            break
+        batch = updated
+    return at(batch)
+
+
 def colocated_mean_step(rate: float, decode_step: float, chunk_time: float, chunks_per_request: float,
                         lockstep: int) -> float:
     """Mean step of a colocated rank fed `rate` requests/s. A step takes decode_step, plus chunk_time when it carries
@@ -253,7 +219,35 @@ def _highest(ok: Callable[[float], bool], high: float) -> float:
     return low
 
 
-def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | None:
+@dataclass(frozen=True)
+class FluidCurve:
+    """How long prompts wait and prefill on colocated ranks, in units where a prompt token takes one second: the
+    attainment quantile of TTFT on SIZING_RANKS ranks at each load. A rank that prefills s seconds per token scales
+    time by s, so one curve serves every shape and chunk size."""
+
+    loads: np.ndarray
+    quantiles: np.ndarray  # seconds at one second per token
+    mean_prompt: float
+
+    @classmethod
+    def of(cls, req: Requirements) -> "FluidCurve":
+        pool = PrefillPool.fluid(req.lengths.input_tokens[:SIZING_REQUESTS], 1.0)
+        mean = float(np.mean(pool.prompts))
+        loads = np.linspace(0.05, MAX_PREFILL_LOAD, CURVE_LOADS)
+        quantiles = [np.quantile(pool.run(load * SIZING_RANKS / mean, SIZING_RANKS).latency, req.attainment)
+                     for load in loads]
+        return cls(loads, np.maximum.accumulate(quantiles), mean)
+
+    def rate_within(self, slo: float, seconds_per_token: float) -> float:
+        """Requests/s per rank at which the attainment share of prompts waits and prefills within `slo`."""
+        scaled = self.quantiles * seconds_per_token
+        if scaled[0] > slo:
+            return 0.0
+        load = float(np.interp(slo, scaled, self.loads)) if scaled[-1] > slo else float(self.loads[-1])
+        return load / (seconds_per_token * self.mean_prompt)
+
+
+def colocated_option(cost: CostModel, shape: Shape, req: Requirements, curve: FluidCurve) -> Option | None:
     """Chunked prefill inside the decode batch: TPOT is the mean step over accepted tokens and must meet the SLO,
     the decode slots must hold the requests in flight (Little's law), and a prompt of L tokens waits for its
     ceil(L / C) chunk steps behind the prompts queued before it."""
@@ -289,8 +283,7 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
             by_tpot_and_slots = _highest(within, ceiling)
             if best is not None and by_tpot_and_slots * shape.dp <= best.rate:
                 continue
-            service = np.ceil(prompts / chunk) * (step + chunk_time)
-            by_ttft = max_rate(service, np.zeros_like(service), req.ttft, req.attainment, ROUTING_POOL) / ROUTING_POOL
+            by_ttft = curve.rate_within(req.ttft, (step + chunk_time) / chunk)
             rate = min(by_tpot_and_slots, by_ttft)
             if rate > 0 and (best is None or rate * shape.dp > best.rate):
                 mean_step = colocated_mean_step(rate, step, chunk_time, chunks_per_request, lockstep)
@@ -301,20 +294,3 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements) -> Option
 
 def prefill_batch_tokens(req: Requirements) -> int:
     return min(req.max_model_len, PREFILL_BATCH_TOKENS)
-
-
-def ttft_quantile(rate: float, service: np.ndarray, extra: np.ndarray, q: float, servers: int = 1) -> float:
-    """The TTFT that a share `q` of requests stays within, under the same wait model."""
-    low, high = 0.0, float(np.max(service + extra)) + 1.0
-    while ttft_attainment(rate, service, extra, high, servers) < q and high < 1e6:
-        high *= 2
-    for _ in range(50):
-        mid = (low + high) / 2
-        low, high = (mid, high) if ttft_attainment(rate, service, extra, mid, servers) < q else (low, mid)
-    return high
-
-
-def colocated_ttft_service(option: Option, req: Requirements) -> np.ndarray:
-    """Per request, the chunk steps a colocated rank takes to prefill it; its last chunk step emits the first
-    token, so nothing follows."""
-    return np.ceil(req.lengths.input_tokens / option.chunk_tokens) * option.chunk_step

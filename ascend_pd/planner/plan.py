@@ -14,9 +14,9 @@ from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
-from ascend_pd.planner.capacity import (PREDICT_REPEATS, ROUTING_POOL, Requirements, colocated_ttft_service,
-                                        decode_operating_tpot, prefill_pool, prefill_ttft, ttft_attainment,
-                                        ttft_quantile)
+from ascend_pd.planner.capacity import (PREDICT_REPEATS, Requirements, colocated_operating_point,
+                                        decode_operating_tpot, prefill_pool, prefill_ttft)
+from ascend_pd.planner.prefill_queue import PrefillPool
 from ascend_pd.planner.placement import build_deployment
 from ascend_pd.planner.search import Choice, Progress, SearchResult, search, unit_devices
 from ascend_pd.planner.workload import LengthSamples, samples
@@ -77,21 +77,17 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
     decode = choice.option("decode") or choice.option("colocated")
     decode_ranks = choice.count(decode.role) * decode.shape.dp
     if decode.role == "colocated":
-        tpot = decode.tpot  # the mean step with its share of chunk steps, at the design rate
-        service = colocated_ttft_service(decode, req)
-        extra = np.zeros_like(service)
-        pair_rate = group_rate / decode_ranks * ROUTING_POOL  # what two ranks sharing a queue receive
-        ttft_ok = ttft_attainment(pair_rate, service, extra, req.ttft, ROUTING_POOL)
-        ttft = {f"p{q}": ttft_quantile(pair_rate, service, extra, q / 100, ROUTING_POOL) * 1e3 for q in (50, 90, 99)}
+        tpot, per_token = colocated_operating_point(cost, decode, req, group_rate / decode_ranks)
+        pool = PrefillPool.fluid(req.lengths.input_tokens, per_token, PREDICT_REPEATS)
+        times = pool.run(group_rate, decode_ranks).latency
     else:
         tpot = decode_operating_tpot(cost, decode, req, group_rate / decode_ranks)
         prefill = choice.option("prefill")
         ranks = choice.count("prefill") * prefill.shape.dp
         pool = prefill_pool(cost, prefill, req, repeats=PREDICT_REPEATS)
-        first_step = tpot * req.accepted
-        times = prefill_ttft(cost, pool, req, group_rate, ranks, span, first_step)
-        ttft_ok = float(np.mean(times <= req.ttft))
-        ttft = {f"p{q}": float(np.percentile(times, q)) * 1e3 for q in (50, 90, 99)}
+        times = prefill_ttft(cost, pool, req, group_rate, ranks, span, tpot * req.accepted)
+    ttft_ok = float(np.mean(times <= req.ttft))
+    ttft = {f"p{q}": float(np.percentile(times, q)) * 1e3 for q in (50, 90, 99)}
     attainment = ttft_ok if tpot <= req.tpot else 0.0
     goodput = rate * attainment
     mean_output = float(req.lengths.output_tokens.mean())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
 
 WARMUP_SHARE = 0.1  # requests left out while the pool fills from empty
+StepTime = Callable[[float, float, int], float]
 
 
 @dataclass(frozen=True)
@@ -32,13 +34,14 @@ class PrefillRun:
 class PrefillPool:
     """`ranks` DP ranks of one prefill shape, each batching up to `batch_tokens` prompt tokens per step."""
 
-    def __init__(self, cost: CostModel, shape: Shape, batch_tokens: int, prompts: np.ndarray, repeats: int = 1,
-                 seed: int = 0):
+    def __init__(self, cost: CostModel | None, shape: Shape | None, batch_tokens: int, prompts: np.ndarray,
+                 repeats: int = 1, seed: int = 0, step_time: StepTime | None = None):
         """`repeats` > 1 plays the prompts that many times over in a random order: a longer run, nearer the
-        steady state a queue close to its capacity takes long to reach."""
+        steady state a queue close to its capacity takes long to reach. `step_time` replaces the shape's prefill
+        batch time (tokens, sum of squared prompt lengths, prompts) -> seconds."""
         rng = np.random.default_rng(seed)
         self.cost, self.shape, self.batch_tokens = cost, shape, batch_tokens
-        self.step_time = cost.prefill_step_timer(shape)
+        self.step_time = step_time or cost.prefill_step_timer(shape)
         if repeats > 1:
             prompts = rng.permutation(np.tile(prompts, repeats))
         self.prompts = [int(p) for p in prompts]
@@ -54,6 +57,15 @@ class PrefillPool:
                 tokens, squares, count, i = tokens + prompts[i], squares + prompts[i] ** 2, count + 1, i + 1
             busy += self.step_time(tokens, squares, count)
         return len(prompts) / busy
+
+    @classmethod
+    def fluid(cls, prompts: np.ndarray, seconds_per_token: float, repeats: int = 1) -> "PrefillPool":
+        """Ranks that prefill one prompt at a time at a steady `seconds_per_token`: a colocated rank, whose chunked
+        prefill moves `chunk` prompt tokens per step of `chunk_step` seconds (as the simulator runs it)."""
+        def step_time(tokens: float, _squares: float, _count: int) -> float:
+            return tokens * seconds_per_token
+
+        return cls(None, None, 1, prompts, repeats, step_time=step_time)
 
     def run(self, rate: float, ranks: int) -> PrefillRun:
         arrivals = np.cumsum(self.gaps) / rate

@@ -12,8 +12,8 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
-from ascend_pd.planner.capacity import (Option, Requirements, colocated_option, decode_option, prefill_ceiling,
-                                        prefill_option)
+from ascend_pd.planner.capacity import (FluidCurve, Option, Requirements, colocated_option, decode_option,
+                                        prefill_ceiling, prefill_option)
 
 Progress = Callable[[str, int, int], None]
 
@@ -93,11 +93,12 @@ def evaluate_options(cost: CostModel, req: Requirements, budget: int,
                          fix="give more devices, a smaller quantization (--quant w8a8), or shorter requests")
     span = min(budget, unit_devices(cost.cluster))
     options: dict[str, list[Option]] = {"prefill": [], "decode": [], "colocated": []}
+    curve = FluidCurve.of(req)
     for index, shape in enumerate(shapes):
         if progress:
             progress(shape.label(), index, len(shapes))
         for role, found in (("decode", decode_option(cost, shape, req)),
-                            ("colocated", colocated_option(cost, shape, req))):
+                            ("colocated", colocated_option(cost, shape, req, curve))):
             if found is not None:
                 options[role].append(found)
     # Prefill options are played out request by request, the costly part of the search: shapes go from the highest

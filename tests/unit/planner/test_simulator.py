@@ -71,3 +71,28 @@ def test_planner_and_simulator_agree_within_15_percent_on_each_example(example):
     assert simulated["tpot_ms"]["p50"] == pytest.approx(predicted["tpot_ms"], rel=0.15)
     assert simulated["goodput_rps"] == pytest.approx(predicted["goodput_rps"], rel=0.15)
     assert simulated["slo_attainment"] >= slo.attainment - 0.02
+
+
+@pytest.mark.parametrize("model, cluster, devices, prompt, output",
+                         [("qwen3-32b", "atlas-800i-a2-x4", 8, 256, 256),
+                          ("deepseek-r1", "atlas-800t-a3-x4", 16, 1024, 256)])
+def test_a_colocated_plan_and_the_simulator_agree_within_20_percent(model, cluster, devices, prompt, output):
+    # The best colocated deployment on the budget, at the most it sustains within the SLO. Looser than the examples'
+    # 15%: with expert parallelism the simulator's DP ranks step together, which the planner's fluid queue of one
+    # rank does not see (DeepSeek-R1 TTFT p90 1,304 ms simulated against 1,115 planned).
+    from ascend_pd.planner.placement import build_deployment
+    from ascend_pd.planner.plan import predict
+
+    cost = cost_model(model, cluster)
+    slo = SLO(ttft_ms=2000, tpot_ms=50)
+    workload = fixed_workload(prompt, output, 1.0)
+    outcome = make_plan(cost, PlanInputs(workload, slo, devices=devices))
+    choice, units = outcome.result.best_colocated, outcome.result.units
+    predicted = predict(cost, choice, units, outcome.requirements, devices)
+    at_design = workload.model_copy(update={"rate": predicted["rate_rps"]})
+    deployment = build_deployment(cost, choice, units, outcome.requirements, at_design, slo, cluster)
+    duration = max(120.0, 15000 / predicted["rate_rps"])
+    simulated = simulate(deployment, cost, at_design, slo, duration=duration, warmup=duration / 4)
+    assert simulated["ttft_ms"]["p50"] == pytest.approx(predicted["ttft_ms"]["p50"], rel=0.20)
+    assert simulated["ttft_ms"]["p90"] == pytest.approx(predicted["ttft_ms"]["p90"], rel=0.20)
+    assert simulated["tpot_ms"]["p50"] == pytest.approx(predicted["tpot_ms"], rel=0.20)
