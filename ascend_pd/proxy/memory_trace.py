@@ -24,8 +24,11 @@ class SnapshotWriter:
         self._numbers = itertools.count()
 
     def write(self) -> Path:
+        """Dump under a temporary name, then rename: a reader watching DIR never opens a half-written snapshot."""
         path = self.directory / f"proxy-{os.getpid()}-{next(self._numbers):04d}.tracemalloc"
-        tracemalloc.take_snapshot().dump(str(path))
+        partial = path.with_name(path.name + ".partial")
+        tracemalloc.take_snapshot().dump(str(partial))
+        os.replace(partial, path)
         return path
 
 

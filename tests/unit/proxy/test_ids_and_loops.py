@@ -101,3 +101,26 @@ def test_memory_probe_is_off_without_its_variable():
         assert not tracemalloc.is_tracing()
     finally:
         loop.close()
+
+
+def test_a_snapshot_appears_under_its_name_only_when_whole(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from ascend_pd.proxy import memory_trace
+
+    seen = []
+    real_replace = memory_trace.os.replace
+
+    def replace(src, dst):  # what a reader globbing the directory finds just before the rename
+        seen.append(sorted(p.name for p in tmp_path.glob("proxy-*.tracemalloc")))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(memory_trace.os, "replace", replace)
+    tracemalloc.start()
+    try:
+        path = memory_trace.SnapshotWriter(tmp_path).write()
+    finally:
+        tracemalloc.stop()
+    assert seen == [[]]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert tracemalloc.Snapshot.load(str(path)).traces is not None
