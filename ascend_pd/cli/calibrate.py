@@ -40,9 +40,9 @@ def calibrate_cmd(results, deployment_file, base, fit_names, mtp_acceptance, out
     result = calibrate(deployment_file, results, base, names, mtp_acceptance)
     if out_file:
         Path(out_file).write_text(calibration_file(result, base, deployment_file, results), encoding="utf-8")
-    loo = {id(row): err for row, err in result.leave_one_out}
     rows = [{"input": row.label, "measured_ms": row.measured * 1e3, "predicted_ms": predicted * 1e3,
-             "residual": err, "leave_one_out": loo.get(id(row))} for row, predicted, err in result.residuals]
+             "residual": err, "leave_one_out": loo}
+            for (row, predicted, err), loo in zip(result.residuals, result.leave_one_out)]
     if fmt == "json":
         click.echo(json.dumps({"base": base, "values": result.values, "at_bounds": result.at_bounds, "rows": rows,
                                "out": out_file}, indent=2))

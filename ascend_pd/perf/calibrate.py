@@ -17,9 +17,8 @@ def report(profile: str) -> list[str]:
     result = refit(profile)
     lines = [f"## {profile}", "", "fitted: " + ", ".join(f"{k} = {v:.4g}" for k, v in result.values.items()), "",
              "| row | metric | use | published | predicted | error | leave-one-out |", "|---|---|---|---|---|---|---|"]
-    loo = {id(row): err for row, err in result.leave_one_out}
-    for row, predicted, err in result.residuals:
-        out = f"{loo[id(row)]:+.1%}" if id(row) in loo else "-"
+    for (row, predicted, err), loo in zip(result.residuals, result.leave_one_out):
+        out = "-" if loo is None else f"{loo:+.1%}"
         lines.append(f"| {row.label} | {row.metric.upper()} | fit | {row.measured * 1e3:.1f} ms "
                      f"| {predicted * 1e3:.1f} ms | {err:+.1%} | {out} |")
     held = holdout_errors(profile)

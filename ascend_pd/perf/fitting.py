@@ -78,7 +78,7 @@ class FitResult:
     values: dict[str, float]
     calibration: Calibration
     residuals: list[tuple[Row, float, float]]  # (row, predicted seconds, predicted / measured - 1)
-    leave_one_out: list[tuple[Row, float]]  # (row, predicted / measured - 1 when fitted without it)
+    leave_one_out: list[float | None]  # per row of residuals: predicted / measured - 1 when fitted without it
     at_bounds: list[str]  # fitted values that ended on an end of their range: the rows ask for more
 
 
@@ -122,18 +122,17 @@ def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> FitResu
     (the row predicted by a fit to the others)."""
     values = fit_values(base, rows, names)
     fitted = base.with_values(**values)
-    residuals = [(row, row.predict(fitted), row.predict(fitted) / row.measured - 1) for row in rows]
-    loo: list[tuple[Row, float]] = []
+    loo: list[float | None] = [None] * len(rows)
     if len(rows) > len(names):
         for i, row in enumerate(rows):
             others = [r for j, r in enumerate(rows) if j != i]
-            without = base.with_values(**fit_values(base, others, names))
-            loo.append((row, row.predict(without) / row.measured - 1))
+            loo[i] = errors(base.with_values(**fit_values(base, others, names)), [row])[0][2]
     at_bounds = [name for name, value in values.items()
                  if min(abs(value - end) for end in BOUNDS[name]) <= AT_BOUND * (BOUNDS[name][1] - BOUNDS[name][0])]
-    return FitResult(values, fitted, residuals, loo, at_bounds)
+    return FitResult(values, fitted, errors(fitted, rows), loo, at_bounds)
 
 
 def errors(calibration: Calibration, rows: Sequence[Row]) -> list[tuple[Row, float, float]]:
-    """(row, predicted seconds, predicted / measured - 1) for rows the calibration was not fitted to."""
-    return [(row, row.predict(calibration), row.predict(calibration) / row.measured - 1) for row in rows]
+    """(row, predicted seconds, predicted / measured - 1) for each row under `calibration`."""
+    predicted = [row.predict(calibration) for row in rows]
+    return [(row, p, p / row.measured - 1) for row, p in zip(rows, predicted)]
