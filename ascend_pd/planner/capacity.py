@@ -70,10 +70,12 @@ def prefill_ceiling(cost: CostModel, shape: Shape, req: Requirements) -> float:
     return shape.dp * prefill_pool(cost, option, req).saturated_rate()
 
 
-def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int) -> Option | None:
+def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_devices: int,
+                   ceiling: float) -> Option | None:
     """The highest rate per instance at which the TTFT of the attainment share of requests meets the SLO, played
     out on a pool of SIZING_RANKS ranks routed like the proxy (the instance count is not known yet), and at most
-    MAX_PREFILL_LOAD of what the ranks prefill back to back: a short run cannot show a queue near capacity growing."""
+    MAX_PREFILL_LOAD of what the ranks prefill back to back (`ceiling`, per instance: prefill_ceiling): a short run
+    cannot show a queue near capacity growing."""
     option = Option("prefill", shape, 0.0, chunk_tokens=prefill_batch_tokens(req))
     pool = prefill_pool(cost, option, req, SIZING_REQUESTS)
     first_step = req.tpot * req.accepted  # decode's first step, at the SLO's pace
@@ -83,8 +85,7 @@ def prefill_option(cost: CostModel, shape: Shape, req: Requirements, kv_span_dev
 
     if attained(1e-6 * SIZING_RANKS) < req.attainment:
         return None
-    ceiling = prefill_ceiling(cost, shape, req) / shape.dp * SIZING_RANKS
-    low, high = 0.0, MAX_PREFILL_LOAD * ceiling
+    low, high = 0.0, MAX_PREFILL_LOAD * ceiling / shape.dp * SIZING_RANKS
     if attained(high) >= req.attainment:
         low = high
     for _ in range(SIZING_STEPS if low < high else 0):
@@ -146,19 +147,27 @@ def decode_option(cost: CostModel, shape: Shape, req: Requirements) -> Option | 
     return Option("decode", shape, rank_rate * shape.dp, batch_per_rank=batch, tpot=step_tpot)
 
 
-def decode_operating_tpot(cost: CostModel, option: Option, req: Requirements, rank_rate: float) -> float:
-    """TPOT on a decode rank fed `rank_rate` requests/s: the batch B it holds follows Little's law,
-    B = rate x output tokens x TPOT(B), and TPOT grows with B, so B is the fixed point from below."""
-    context = req.lengths.mean_decode_context()
+def operating_batch(tpot_at: Callable[[float], float], rank_rate: float, req: Requirements, most: int) -> float:
+    """The batch B a rank fed `rank_rate` requests/s holds, by Little's law: B = rate x output tokens x TPOT(B).
+    TPOT grows with B, so iterating from one sequence climbs to the fixed point from below (at most `most`)."""
     mean_output = float(req.lengths.output_tokens.mean())
     batch = 1.0
     for _ in range(100):
-        tpot = cost.tpot(option.shape, max(batch, 1.0), context, req.mtp, req.mtp_acceptance)
-        updated = min(rank_rate * mean_output * tpot, float(option.batch_per_rank))
+        updated = min(rank_rate * mean_output * tpot_at(max(batch, 1.0)), float(most))
         if abs(updated - batch) < 1e-3:
             break
         batch = updated
-    return cost.tpot(option.shape, max(batch, 1.0), context, req.mtp, req.mtp_acceptance)
+    return max(batch, 1.0)
+
+
+def decode_operating_tpot(cost: CostModel, option: Option, req: Requirements, rank_rate: float) -> float:
+    """TPOT on a decode rank fed `rank_rate` requests/s, at the batch it holds (operating_batch)."""
+    context = req.lengths.mean_decode_context()
+
+    def tpot_at(batch: float) -> float:
+        return cost.tpot(option.shape, batch, context, req.mtp, req.mtp_acceptance)
+
+    return tpot_at(operating_batch(tpot_at, rank_rate, req, option.batch_per_rank))
 
 
 def colocated_operating_point(cost: CostModel, option: Option, req: Requirements,
@@ -169,24 +178,16 @@ def colocated_operating_point(cost: CostModel, option: Option, req: Requirements
     shape, chunk = option.shape, option.chunk_tokens
     prompts = req.lengths.input_tokens
     context = req.lengths.mean_decode_context()
-    mean_output = float(req.lengths.output_tokens.mean())
     chunk_time = cost.chunk_time(shape, chunk, float(np.sum(prompts**2) / np.sum(prompts)))
     chunks_per_request = float(np.mean(np.ceil(prompts / chunk)))
     lockstep = shape.dp if shape.ep > 1 else 1
 
     def at(batch: float) -> tuple[float, float]:
-        step = cost.decode_step(shape, max(batch, 1.0), context, req.mtp).total
+        step = cost.decode_step(shape, batch, context, req.mtp).total
         mean = colocated_mean_step(rank_rate, step, chunk_time, chunks_per_request, lockstep)
         return mean / req.accepted, (step + chunk_time) / chunk
 
-    batch = 1.0
-    for _ in range(100):
-        tpot, _ = at(batch)
-        updated = min(rank_rate * mean_output * tpot, float(option.batch_per_rank))
-        if abs(updated - batch) < 1e-3:
-            break
-        batch = updated
-    return at(batch)
+    return at(operating_batch(lambda batch: at(batch)[0], rank_rate, req, option.batch_per_rank))
 
 
 def colocated_mean_step(rate: float, decode_step: float, chunk_time: float, chunks_per_request: float,

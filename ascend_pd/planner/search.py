@@ -103,12 +103,12 @@ def evaluate_options(cost: CostModel, req: Requirements, budget: int,
                 options[role].append(found)
     # Prefill options are played out request by request, the costly part of the search: shapes go from the highest
     # ceiling per device down, and one whose ceiling is below the best rate per device found cannot win.
-    ceilings = {shape: prefill_ceiling(cost, shape, req) / shape.devices for shape in shapes}
+    ceilings = {shape: prefill_ceiling(cost, shape, req) for shape in shapes}
     best = 0.0
-    for shape in sorted(shapes, key=lambda s: -ceilings[s]):
-        if ceilings[shape] < best:
+    for shape in sorted(shapes, key=lambda s: -ceilings[s] / s.devices):
+        if ceilings[shape] / shape.devices < best:
             break
-        found = prefill_option(cost, shape, req, span)
+        found = prefill_option(cost, shape, req, span, ceilings[shape])
         if found is not None:
             options["prefill"].append(found)
             best = max(best, found.rate_per_device)
