@@ -63,10 +63,7 @@ def _build(values: dict[str, Any], name: str, source: str) -> Calibration:
         problem = f"unknown {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
         raise InputError(f"calibration {problem}", file=source, field=(unknown or missing)[0],
                          fix=f"a calibration holds exactly: {', '.join(VALUE_FIELDS)}")
-    try:
-        return Calibration(**values, name=name)
-    except TypeError as exc:  # pragma: no cover - dataclass arguments are checked above
-        raise InputError(str(exc), file=source) from exc
+    return Calibration(**values, name=name)
 
 
 def _profile(name: str, chip_id: str) -> Calibration:
