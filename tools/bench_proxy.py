@@ -74,9 +74,18 @@ class Direct:
 
 
 class Proxied:
-    def __init__(self, url: str, pid: int):
+    def __init__(self, url: str, pid: int, workers: int):
         self._url = url + "/v1/completions"
         self.pid = pid
+        self.workers = workers
+
+    @property
+    def label(self) -> str:
+        return f"{self.workers} worker{'s' if self.workers > 1 else ''}"
+
+    def cpu_seconds(self) -> float:
+        """CPU the proxy has used so far: its supervisor and every worker process."""
+        return sum(cpu_seconds(pid) for pid in process_tree(self.pid))
 
     async def __call__(self, session: aiohttp.ClientSession, body: dict) -> bool:
         async with session.post(self._url, data=msgspec.json.encode(body)) as answer:
@@ -137,9 +146,24 @@ async def proxy_ready(url: str) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU time a process has used so far (Linux /proc); 0 for one that is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and its descendants (Linux /proc/<pid>/task/<tid>/children)."""
+    tree = [pid]
+    for process in tree:
+        for task in Path(f"/proc/{process}/task").glob("*"):
+            try:
+                tree.extend(int(child) for child in (task / "children").read_text().split())
+            except FileNotFoundError:
+                continue
+    return tree
 
 
 def ms(seconds: float) -> str:
@@ -172,40 +196,44 @@ async def side_by_side(direct, proxied, body: dict, concurrency: int, requests: 
     return samples["direct"], samples["proxied"]
 
 
-async def latency_table(direct, proxied, args, concurrency: int, token_delay: float, requests: int) -> None:
+async def latency_table(direct, proxies, args, concurrency: int, token_delay: float, requests: int) -> None:
     print(f"\nadded latency (send to last byte) at {concurrency} concurrent requests through the proxy and "
           f"{concurrency} direct, {args.tokens} output tokens, {token_delay * 1e3:.0f} ms per token, "
           f"{requests} requests per side; {load_average()} before")
-    print(f"{'':14}{'direct p50':>12}{'proxied p50':>12}{'added p50':>11}{'direct p99':>12}{'proxied p99':>12}"
+    print(f"{'':26}{'direct p50':>12}{'proxied p50':>12}{'added p50':>11}{'direct p99':>12}{'proxied p99':>12}"
           f"{'added p99':>11}{'proxy CPU/req':>15}  (ms)")
-    for streaming in (True, False):
+    for streaming, proxied in itertools.product((True, False), proxies):
         body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
                 "stream": streaming}
-        cpu_before = cpu_seconds(proxied.pid)
+        cpu_before = proxied.cpu_seconds()
         d, p = await side_by_side(direct, proxied, body, concurrency, requests)
-        cpu_per_request = (cpu_seconds(proxied.pid) - cpu_before) / max(1, len(p.latencies))
-        label = "streaming" if streaming else "non-streaming"
-        print(f"{label:14}{ms(d.quantile(0.5)):>12}{ms(p.quantile(0.5)):>12}"
+        cpu_per_request = (proxied.cpu_seconds() - cpu_before) / max(1, len(p.latencies))
+        label = f"{'streaming' if streaming else 'non-streaming'}, {proxied.label}"
+        print(f"{label:26}{ms(d.quantile(0.5)):>12}{ms(p.quantile(0.5)):>12}"
               f"{ms(p.quantile(0.5) - d.quantile(0.5)):>11}{ms(d.quantile(0.99)):>12}{ms(p.quantile(0.99)):>12}"
               f"{ms(p.quantile(0.99) - d.quantile(0.99)):>11}{ms(cpu_per_request):>15}"
               f"   failures {d.failures}/{p.failures}")
     print(load_average(), "after")
 
 
-async def rate_table(direct, proxied, args) -> None:
+async def rate_table(direct, proxies, args) -> None:
     print(f"\nmaximum sustained rate, engines without delays, {args.rate_concurrency} concurrent, "
           f"{args.rate_requests} requests, {args.tokens} output tokens; {load_average()} before")
-    print(f"{'':14}{'direct req/s':>14}{'proxied req/s':>15}{'proxied/direct':>16}{'proxy CPU ms/req':>18}")
+    print(f"{'':26}{'direct req/s':>14}{'proxied req/s':>15}{'proxied/direct':>16}{'proxy CPU ms/req':>18}"
+          f"{'vs 1 worker':>13}")
     for streaming in (True, False):
         body = {"model": "fake-model", "prompt": "benchmark prompt " * 32, "max_tokens": args.tokens,
                 "stream": streaming}
-        d = await closed_loop(direct, body, args.rate_concurrency, args.rate_requests)
-        cpu_before = cpu_seconds(proxied.pid)
-        p = await closed_loop(proxied, body, args.rate_concurrency, args.rate_requests)
-        cpu_per_request = (cpu_seconds(proxied.pid) - cpu_before) / max(1, len(p.latencies))
-        label = "streaming" if streaming else "non-streaming"
-        print(f"{label:14}{d.rate:>14.0f}{p.rate:>15.0f}{p.rate / d.rate:>16.2f}{cpu_per_request * 1e3:>18.2f}"
-              f"   failures {d.failures}/{p.failures}")
+        one_worker = None
+        for proxied in proxies:
+            d = await closed_loop(direct, body, args.rate_concurrency, args.rate_requests)
+            cpu_before = proxied.cpu_seconds()
+            p = await closed_loop(proxied, body, args.rate_concurrency, args.rate_requests)
+            cpu_per_request = (proxied.cpu_seconds() - cpu_before) / max(1, len(p.latencies))
+            one_worker = one_worker or p.rate
+            label = f"{'streaming' if streaming else 'non-streaming'}, {proxied.label}"
+            print(f"{label:26}{d.rate:>14.0f}{p.rate:>15.0f}{p.rate / d.rate:>16.2f}{cpu_per_request * 1e3:>18.2f}"
+                  f"{p.rate / one_worker:>13.2f}   failures {d.failures}/{p.failures}")
     print(load_average(), "after")
 
 
@@ -214,24 +242,27 @@ async def run_with_engines(token_delay: float, args, body) -> None:
     engines_proc = start([sys.executable, str(TOOLS / "fake_vllm.py"), "--prefill", str(args.prefills), "--decode",
                           str(args.decodes), "--token-delay", str(token_delay), "--event-loop", args.event_loop],
                          other_cpus)
-    proxy_proc = None
+    proxy_procs = []
     try:
         engines = json.loads(engines_proc.stdout.readline())
-        port = free_port()
-        command = [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--host", "127.0.0.1", "--port", str(port),
-                   "--log-level", "warning", "--max-inflight", "4096", "--event-loop", args.proxy_event_loop]
-        for role in ("prefill", "decode"):
-            for engine in engines[role]:
-                command += [f"--{role}", engine["url"]]
-        proxy_proc = start(command, proxy_cpus)
-        url = f"http://127.0.0.1:{port}"
-        await proxy_ready(url)
-        await body(Direct(engines), Proxied(url, proxy_proc.pid))
+        proxies = []
+        for workers in args.workers:  # every proxy runs from the start, so they see the same engines alike
+            port = free_port()
+            command = [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--host", "127.0.0.1", "--port",
+                       str(port), "--log-level", "warning", "--max-inflight", "4096", "--event-loop",
+                       args.proxy_event_loop, "--workers", str(workers)]
+            for role in ("prefill", "decode"):
+                for engine in engines[role]:
+                    command += [f"--{role}", engine["url"]]
+            proxy_procs.append(start(command, proxy_cpus))
+            url = f"http://127.0.0.1:{port}"
+            await proxy_ready(url)
+            proxies.append(Proxied(url, proxy_procs[-1].pid, workers))
+        await body(Direct(engines), proxies)
     finally:
-        for process in (proxy_proc, engines_proc):
-            if process is not None:
-                process.terminate()
-                process.wait(10)
+        for process in (*proxy_procs, engines_proc):
+            process.terminate()
+            process.wait(10)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -252,6 +283,13 @@ async def main(args: argparse.Namespace) -> None:
     print(f"\n{load_average()} after (the benchmark itself keeps both cores busy)")
 
 
+def worker_counts(text: str) -> list[int]:
+    counts = sorted({int(word) for word in text.split(",") if word.strip()})
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError("worker counts are integers of 1 or more, e.g. 1,2")
+    return counts
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--idle-requests", type=int, default=2000,
@@ -269,6 +307,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                         help="event loop of the fake engines and the load generator (auto: uvloop when installed)")
     parser.add_argument("--proxy-event-loop", choices=EVENT_LOOPS, default="auto", help="event loop of the proxy")
+    parser.add_argument("--workers", type=worker_counts, default=worker_counts(f"1,{len(os.sched_getaffinity(0))}"),
+                        help="proxy worker counts to compare, comma-separated [default: 1 and the cores available]")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
                         help="give the proxy a CPU of its own, the engines and the load generator the others")
     return parser.parse_args(argv)

@@ -45,9 +45,15 @@ from ascend_pd.proxy.event_loop import EVENT_LOOPS
               help="fresh prefills on new backends after a D fails before its first token")
 @click.option("--health-interval", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="seconds between active health checks (0: off)")
+@click.option("--engine-load-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="seconds between reads of every backend's vLLM /metrics (requests running and waiting), so "
+                   "proxy replicas sharing backends route around each other's load (0: off, own load only)")
 @click.option("--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
               help="enables /admin/backends (add, drain, remove) for 'Authorization: Bearer <token>' "
                    "[env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="worker processes sharing the port, each an event loop on its own core, routing with one shared "
+                   "view of backend load [default: the cores this process may use]")
 @click.option("--event-loop", type=click.Choice(EVENT_LOOPS), default="auto", show_default=True,
               help="auto: uvloop when it is installed (the 'proxy' extra has it), else asyncio's loop")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
@@ -55,7 +61,8 @@ from ascend_pd.proxy.event_loop import EVENT_LOOPS
 @input_errors_exit_2
 def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
-              prefill_attempts, pair_attempts, health_interval, admin_token, event_loop, log_level):
+              prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workers, event_loop,
+              log_level):
     """Serve an OpenAI-compatible proxy that runs each request through a prefill and a decode instance.
 
     Backends come from --deployment FILE, or from --prefill/--decode/--colocated URLs. Endpoints:
@@ -64,7 +71,8 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
     """
     from ascend_pd.proxy.app import Proxy
     from ascend_pd.proxy.backend_choice import choose_backends
-    from ascend_pd.proxy.serve import serve
+    from ascend_pd.proxy.serve import available_cores, serve
+    from ascend_pd.proxy.siblings import Siblings
     from ascend_pd.proxy.settings import ProxySettings, Timeouts
     from ascend_pd.proxy.tokens import EstimatedTokens, TokenizerTokens
 
@@ -73,12 +81,19 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
         mode=chosen.mode, timeouts=Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout),
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
         max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
-        health_interval=health_interval, admin_token=admin_token, metaserver_url=chosen.metaserver_url)
-    proxy = Proxy(chosen.endpoints, settings, TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens())
+        health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,
+        metaserver_url=chosen.metaserver_url)
+
+    def make_proxy(siblings: Siblings | None) -> Proxy:
+        tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()
+        return Proxy(chosen.endpoints, settings, tokens, siblings.load if siblings else None)
+
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    workers = workers or available_cores()
 
     def started(loop_name: str) -> None:
         click.echo(f"ascend-pd proxy: {chosen.mode} flow, {chosen.role_counts()} endpoint(s), listening on "
-                   f"{host}:{chosen.port}, {loop_name} event loop", err=True)
+                   f"{host}:{chosen.port}, {workers} worker(s) on the {loop_name} event loop", err=True)
 
-    serve(proxy, host, chosen.port, event_loop, started)
+    serve(make_proxy, host, chosen.port, event_loop, workers, started)

@@ -138,9 +138,22 @@ class Instance(_Strict):
 
 
 class Proxy(_Strict):
-    node: str = Field(min_length=1)
-    port: int = Field(PROXY_PORT, ge=1, le=65535)
+    node: str = Field(min_length=1, description="node of the first proxy replica")
+    port: int = Field(PROXY_PORT, ge=1, le=65535, description="port every replica listens on, on its node")
     policy: Literal["least-loaded", "round-robin", "prefix-affinity", "random"] = PROXY_POLICY
+    workers: int | None = Field(
+        None, ge=1, description="event-loop processes of each replica, sharing its port (`ascend-pd proxy "
+                                "--workers`); unset: one per core available to the proxy on its node")
+    extra_nodes: list[str] = Field(
+        default_factory=list,
+        description="more nodes that each run one more replica of the proxy on the same port, in front of the same "
+                    "backends; clients or an external load balancer spread requests over the replicas, and each "
+                    "routes by its own requests in flight and the load the engines report on /metrics")
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node that runs a replica, proxy.node first."""
+        return [self.node, *self.extra_nodes]
 
 
 class Deployment(_Strict):

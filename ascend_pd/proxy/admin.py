@@ -6,12 +6,12 @@ import hmac
 from typing import Any
 
 import msgspec
-from aiohttp import web
 
 from ascend_pd.errors import InputError
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
+from ascend_pd.proxy.wire.server import Handler, Request, Response
 
 
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
@@ -19,21 +19,22 @@ class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
     role: str | None = None
 
 
-def add_admin_routes(app: web.Application, pool: BackendPool, token: str) -> None:
+def admin_routes(pool: BackendPool, token: str) -> dict[tuple[str, str], Handler]:
+    """(method, path) -> handler of every admin endpoint."""
     expected = f"Bearer {token}".encode()
 
-    def authorized(request: web.Request) -> None:
-        if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
+    def authorized(request: Request) -> None:
+        if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
             raise ClientError(401, "admin endpoints need 'Authorization: Bearer <admin token>'", "unauthorized")
 
-    async def read_change(request: web.Request) -> BackendChange:
+    async def read_change(request: Request) -> BackendChange:
         authorized(request)
         try:
-            return msgspec.json.decode(await request.read(), type=BackendChange)
+            return msgspec.json.decode(request.body, type=BackendChange)
         except msgspec.DecodeError as exc:
             raise ClientError(400, f"body must be {{\"url\": ..., \"role\": ...}}: {exc}", "invalid_request_error")
 
-    async def add(request: web.Request) -> web.Response:
+    async def add(request: Request) -> Response:
         change = await read_change(request)
         if change.role not in ROLES:
             raise ClientError(400, f"role must be one of {', '.join(ROLES)}", "invalid_request_error")
@@ -43,32 +44,30 @@ def add_admin_routes(app: web.Application, pool: BackendPool, token: str) -> Non
             raise ClientError(400, exc.render(), "invalid_request_error") from None
         return _json(pool.add(endpoint).describe())
 
-    async def drain(request: web.Request) -> web.Response:
+    async def drain(request: Request) -> Response:
         backend = pool.get(_normalized(await read_change(request)))
         if backend is None:
             raise ClientError(404, "no such backend", "not_found")
         backend.draining = True
         return _json(backend.describe())
 
-    async def remove(request: web.Request) -> web.Response:
+    async def remove(request: Request) -> Response:
         backend = pool.remove(_normalized(await read_change(request)))
         if backend is None:
             raise ClientError(404, "no such backend", "not_found")
         return _json(backend.describe())
 
-    async def listing(request: web.Request) -> web.Response:
+    async def listing(request: Request) -> Response:
         authorized(request)
         return _json([b.describe() for b in pool.all()])
 
-    app.router.add_get("/admin/backends", listing)
-    app.router.add_post("/admin/backends", add)
-    app.router.add_post("/admin/backends/drain", drain)
-    app.router.add_post("/admin/backends/remove", remove)
+    return {("GET", "/admin/backends"): listing, ("POST", "/admin/backends"): add,
+            ("POST", "/admin/backends/drain"): drain, ("POST", "/admin/backends/remove"): remove}
 
 
 def _normalized(change: BackendChange) -> str:
     return change.url.rstrip("/") if "://" in change.url else f"http://{change.url.rstrip('/')}"
 
 
-def _json(data: Any) -> web.Response:
-    return web.Response(body=msgspec.json.encode(data), content_type="application/json")
+def _json(data: Any) -> Response:
+    return Response(msgspec.json.encode(data))

@@ -7,17 +7,19 @@ import contextlib
 import time
 from typing import Iterable
 
+from functools import partial
+
 import aiohttp
 import msgspec
-from aiohttp import web
 
-from ascend_pd.proxy.admin import add_admin_routes
+from ascend_pd.proxy.admin import admin_routes
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.endpoints import Endpoint
+from ascend_pd.proxy.engine_load import poll_engine_load_forever
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.flows import FlowEnv, RequestContext, serve
-from ascend_pd.proxy.health import check_forever
+from ascend_pd.proxy.health import check_forever, make_control_session
 from ascend_pd.proxy.ids import new_request_id
 from ascend_pd.proxy.metaserver import Metaserver
 from ascend_pd.proxy.metrics import ProxyMetrics
@@ -25,8 +27,11 @@ from ascend_pd.proxy.openai_body import is_streaming, prompt_text
 from ascend_pd.proxy.policies import RouteRequest, make_policy
 from ascend_pd.proxy.relay import relay
 from ascend_pd.proxy.settings import ProxySettings
+from ascend_pd.proxy.sibling_routes import share_with_siblings
+from ascend_pd.proxy.siblings import SharedLoad, Siblings
 from ascend_pd.proxy.tokens import EstimatedTokens, TokenCounter
-from ascend_pd.proxy.upstream import make_session
+from ascend_pd.proxy.upstream import make_client
+from ascend_pd.proxy.wire.server import Handler, HttpServer, Request, Response, Stream
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts with inline images fit; anything larger is refused with a 413
 
@@ -34,10 +39,12 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts with inline images fit; anythi
 class Proxy:
     """The state one proxy process shares between requests."""
 
-    def __init__(self, endpoints: Iterable[Endpoint], settings: ProxySettings, tokens: TokenCounter | None = None):
+    def __init__(self, endpoints: Iterable[Endpoint], settings: ProxySettings, tokens: TokenCounter | None = None,
+                 shared_load: SharedLoad | None = None):
         self.settings = settings
         self.tokens = tokens or EstimatedTokens()
-        self.pool = BackendPool(lambda: CircuitBreaker(settings.breaker_failures, settings.breaker_open_seconds))
+        self.pool = BackendPool(lambda: CircuitBreaker(settings.breaker_failures, settings.breaker_open_seconds),
+                                shared_load)
         for endpoint in endpoints:
             self.pool.add(endpoint)
         self.inflight = 0
@@ -47,6 +54,7 @@ class Proxy:
                          "decode": make_policy(settings.decode_policy, "decode policy"),
                          "colocated": make_policy(settings.decode_policy, "decode policy")}
         self.env: FlowEnv | None = None
+        self.control: aiohttp.ClientSession | None = None
 
     def mode_now(self) -> str:
         """The configured flow, or colocated instances when no P/D pair can be formed right now."""
@@ -60,52 +68,74 @@ class Proxy:
         return all(self.pool.has_candidate(role) for role in roles)
 
 
-PROXY = web.AppKey("proxy", Proxy)
+class ProxyServer:
+    """The proxy serving on a socket: its HTTP server, the clients it calls backends with, and its background tasks
+    (health checks). `cleanup()` stops it."""
 
+    def __init__(self, proxy: Proxy, siblings: Siblings | None = None):
+        self.proxy = proxy
+        self.siblings = siblings
+        self.routes: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/completions"): partial(_completions, proxy),
+            ("POST", "/v1/chat/completions"): partial(_completions, proxy),
+            ("GET", "/v1/models"): partial(_models, proxy),
+            ("GET", "/health"): partial(_health, proxy),
+            ("GET", "/metrics"): partial(_metrics, proxy),
+            ("POST", "/v1/metaserver"): partial(_metaserver, proxy),
+        }
+        if proxy.settings.admin_token:
+            self.routes.update(admin_routes(proxy.pool, proxy.settings.admin_token))
+        if siblings is not None:
+            self.routes = share_with_siblings(self.routes, siblings, lambda: proxy.control,
+                                              proxy.settings.timeouts.health)
+        self._paths = {path for _, path in self.routes}
+        self.http = HttpServer(self._dispatch, MAX_BODY_BYTES)
+        self.private = HttpServer(self._dispatch, MAX_BODY_BYTES) if siblings is not None else None
+        self._tasks: list[asyncio.Task] = []
 
-def build_app(proxy: Proxy) -> web.Application:
-    app = web.Application(middlewares=[_client_errors], client_max_size=MAX_BODY_BYTES)
-    app[PROXY] = proxy
-    app.router.add_post("/v1/completions", _completions)
-    app.router.add_post("/v1/chat/completions", _completions)
-    app.router.add_get("/v1/models", _models)
-    app.router.add_get("/health", _health)
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_post("/v1/metaserver", _metaserver)
-    if proxy.settings.admin_token:
-        add_admin_routes(app, proxy.pool, proxy.settings.admin_token)
-    app.cleanup_ctx.append(_lifecycle)
-    return app
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> str:
+        """Start the clients and background tasks, then listen; returns the base URL."""
+        proxy = self.proxy
+        settings = proxy.settings
+        # aiohttp for the control plane (health checks, /v1/models): a few calls a second, not worth a second client
+        proxy.control = make_control_session(settings.timeouts)
+        proxy.env = FlowEnv(make_client(settings.timeouts), proxy.pool, proxy.policies, proxy.metrics, settings,
+                            proxy.metaserver)
+        if settings.health_interval > 0:
+            self._tasks.append(asyncio.create_task(check_forever(proxy.control, proxy.pool, settings.health_interval,
+                                                                 settings.timeouts.health)))
+        if settings.engine_load_interval > 0:
+            self._tasks.append(asyncio.create_task(poll_engine_load_forever(
+                proxy.control, proxy.pool, settings.engine_load_interval, settings.timeouts.health)))
+        if self.private is not None:
+            await self.private.start_on(self.siblings.private_sockets[self.siblings.worker])
+        bound_host, bound_port = await self.http.start(host, port, reuse_port)
+        return f"http://{bound_host}:{bound_port}"
 
-
-async def _lifecycle(app: web.Application):
-    proxy = app[PROXY]
-    settings = proxy.settings
-    session = make_session(settings.timeouts)
-    proxy.env = FlowEnv(session, proxy.pool, proxy.policies, proxy.metrics, settings, proxy.metaserver)
-    checker = None
-    if settings.health_interval > 0:
-        checker = asyncio.create_task(check_forever(session, proxy.pool, settings.health_interval,
-                                                    settings.timeouts.health))
-    yield
-    for task in [checker, *proxy.env.background]:
-        if task is not None:
+    async def cleanup(self) -> None:
+        await self.http.close()
+        if self.private is not None:
+            await self.private.close()
+        proxy = self.proxy
+        for task in [*self._tasks, *proxy.env.background]:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-    await session.close()
+        await proxy.env.client.close()
+        await proxy.control.close()
+
+    async def _dispatch(self, request: Request) -> Response | Stream:
+        handler = self.routes.get((request.method, request.path))
+        try:
+            if handler is None:
+                status, what = (405, "method not allowed") if request.path in self._paths else (404, "not found")
+                raise ClientError(status, f"{request.method} {request.path}: {what}", "invalid_request_error")
+            return await handler(request)
+        except ClientError as exc:
+            return exc.response()
 
 
-@web.middleware
-async def _client_errors(request: web.Request, handler):
-    try:
-        return await handler(request)
-    except ClientError as exc:
-        return exc.response()
-
-
-async def _completions(request: web.Request) -> web.StreamResponse:
-    proxy = request.app[PROXY]
+async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
     endpoint = request.path
     if proxy.inflight >= proxy.settings.max_inflight:
         proxy.metrics.request_outcome(endpoint, "429").inc()
@@ -115,7 +145,7 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     proxy.inflight += 1
     outcome = "cancelled"  # stays so if the client leaves before an answer
     try:
-        ctx = await _context(request, proxy)
+        ctx = _context(request, proxy)
         opened = await serve(ctx, proxy.env, proxy.mode_now())
         proxy.metrics.first_token_seconds.observe(time.perf_counter() - arrived)
         response = await relay(request, opened, proxy.metrics)
@@ -129,68 +159,62 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         proxy.metrics.request_outcome(endpoint, outcome).inc()
 
 
-async def _context(request: web.Request, proxy: Proxy) -> RequestContext:
+def _context(request: Request, proxy: Proxy) -> RequestContext:
     try:
-        body = msgspec.json.decode(await request.read())
+        body = msgspec.json.decode(request.body)
     except msgspec.DecodeError as exc:
         raise ClientError(400, f"the request body is not JSON: {exc}", "invalid_request_error") from None
-    except web.HTTPRequestEntityTooLarge:
-        raise ClientError(413, f"the request body is over {MAX_BODY_BYTES} bytes", "invalid_request_error") from None
     if not isinstance(body, dict):
         raise ClientError(400, "the request body must be a JSON object", "invalid_request_error")
     request_id = new_request_id()
     headers = {"X-Request-Id": request_id, "Content-Type": "application/json"}
-    if "Authorization" in request.headers:
-        headers["Authorization"] = request.headers["Authorization"]
+    if "authorization" in request.headers:
+        headers["Authorization"] = request.headers["authorization"]
     prompt = prompt_text(body)
     return RequestContext(request_id=request_id, path=request.path, body=body,
                           route=RouteRequest(prompt, proxy.tokens.count(prompt)), headers=headers,
                           streaming=is_streaming(body))
 
 
-async def _models(request: web.Request) -> web.Response:
-    proxy = request.app[PROXY]
+async def _models(proxy: Proxy, request: Request) -> Response:
     for role in ("decode", "colocated", "prefill"):
         for backend in proxy.pool.candidates(role):
             try:
-                async with proxy.env.session.get(backend.url + "/v1/models") as answer:
+                async with proxy.control.get(backend.url + "/v1/models") as answer:
                     if answer.status == 200:
-                        return web.Response(body=await answer.read(), content_type="application/json")
+                        return Response(await answer.read())
             except (aiohttp.ClientError, asyncio.TimeoutError):  # this one cannot answer: ask the next
                 continue
     raise ClientError(503, "no backend answered /v1/models", "service_unavailable",
                       retry_after=proxy.settings.retry_after_seconds)
 
 
-async def _health(request: web.Request) -> web.Response:
-    proxy = request.app[PROXY]
+async def _health(proxy: Proxy, request: Request) -> Response:
     servable = proxy.servable()
     body = {"status": "ok" if servable else "unavailable", "mode": proxy.mode_now(), "inflight": proxy.inflight,
             "backends": [b.describe() for b in proxy.pool.all()]}
-    return web.Response(status=200 if servable else 503, body=msgspec.json.encode(body),
-                        content_type="application/json")
+    return Response(msgspec.json.encode(body), 200 if servable else 503)
 
 
-async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[PROXY].metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+async def _metrics(proxy: Proxy, request: Request) -> Response:
+    return Response(proxy.metrics.exposition(), content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-async def _metaserver(request: web.Request) -> web.Response:
+async def _metaserver(proxy: Proxy, request: Request) -> Response:
     try:
-        payload = msgspec.json.decode(await request.read())
+        payload = msgspec.json.decode(request.body)
     except msgspec.DecodeError:
         raise ClientError(400, "metaserver body must be the JSON kv_transfer_params of D", "invalid_request_error")
-    if not isinstance(payload, dict) or not request.app[PROXY].metaserver.deliver(payload):
+    if not isinstance(payload, dict) or not proxy.metaserver.deliver(payload):
         raise ClientError(404, "no request is waiting for these kv_transfer_params", "not_found")
-    return web.Response(body=b'{"status":"ok"}', content_type="application/json")
+    return Response(b'{"status":"ok"}')
 
 
-async def start_server(proxy: Proxy, host: str, port: int) -> tuple[web.AppRunner, str]:
-    """Serve the proxy on host:port (0 picks a free port); returns the runner to clean up and the base URL.
-    A client that disconnects cancels its handler, which is what closes the upstream requests."""
-    runner = web.AppRunner(build_app(proxy), handler_cancellation=True, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
-    bound_host, bound_port = runner.addresses[0][:2]
-    return runner, f"http://{bound_host}:{bound_port}"
+async def start_server(proxy: Proxy, host: str, port: int, reuse_port: bool = False,
+                       siblings: Siblings | None = None) -> tuple[ProxyServer, str]:
+    """Serve the proxy on host:port (0 picks a free port); returns the server to clean up and its base URL.
+    A client that disconnects cancels its handler, which is what closes the upstream requests. `siblings` makes
+    this one worker of several on the port."""
+    server = ProxyServer(proxy, siblings)
+    url = await server.start(host, port, reuse_port)
+    return server, url

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import msgspec
-from aiohttp import web
+
+from ascend_pd.proxy.wire.server import Response
 
 
 class UpstreamFailure(Exception):
@@ -35,10 +36,10 @@ class ClientError(Exception):
         self.retry_after = retry_after
         self.body = body  # a backend's own error body, passed through verbatim
 
-    def response(self) -> web.Response:
+    def response(self) -> Response:
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None
         body = self.body or error_json(self.message, self.kind, self.status)
-        return web.Response(status=self.status, body=body, content_type="application/json", headers=headers)
+        return Response(body, self.status, headers=headers)
 
 
 def error_json(message: str, kind: str, code: int) -> bytes:

@@ -8,8 +8,18 @@ import logging
 import aiohttp
 
 from ascend_pd.proxy.backends import Backend, BackendPool
+from ascend_pd.proxy.settings import Timeouts
 
 log = logging.getLogger("ascend_pd.proxy.health")
+
+
+def make_control_session(timeouts: Timeouts) -> aiohttp.ClientSession:
+    """The session for the control plane: health checks, engine metrics, /v1/models. Requests go through the
+    proxy's own client (ascend_pd.proxy.wire)."""
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+    timeout = aiohttp.ClientTimeout(total=timeouts.total, connect=timeouts.connect, sock_read=timeouts.read)
+    # no cookie jar: a proxy must not carry one client's backend cookies over to the next client
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar())
 
 
 async def probe(session: aiohttp.ClientSession, backend: Backend, timeout: float) -> bool:

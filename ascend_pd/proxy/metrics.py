@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_pd.proxy.backends import BackendPool
 
@@ -82,3 +83,42 @@ class ProxyMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# gauges that describe a backend as each worker sees it: the host's view is the largest, not the sum
+MAX_ACROSS_WORKERS = {"ascend_pd_proxy_backend_up"}
+
+
+class _Merged:
+    def __init__(self, families: list[Metric]):
+        self._families = families
+
+    def collect(self):
+        return self._families
+
+
+def _combination(family: str):
+    if family.endswith("_created"):  # when a series began: the earliest worker's
+        return min
+    return max if family in MAX_ACROSS_WORKERS else float.__add__
+
+
+def merge_expositions(texts: list[bytes]) -> bytes:
+    """The /metrics of several worker processes as one proxy's: counters, histograms and load gauges summed,
+    per-backend state gauges (MAX_ACROSS_WORKERS) at their largest, creation times at their earliest."""
+    families: dict[str, Metric] = {}
+    values: dict[str, dict[tuple, float]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text.decode()):
+            merged = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+            by_sample = values.setdefault(family.name, {})
+            combine = _combination(family.name)
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                by_sample[key] = combine(by_sample[key], sample.value) if key in by_sample else sample.value
+    for name, merged in families.items():
+        for (sample_name, labels), value in values[name].items():
+            merged.add_sample(sample_name, dict(labels), value)
+    registry = CollectorRegistry()
+    registry.register(_Merged(list(families.values())))
+    return generate_latest(registry)

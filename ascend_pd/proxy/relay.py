@@ -1,16 +1,12 @@
-"""Sending a started backend answer to the client: bytes pass through untouched; a stream that breaks after the
-first byte ends with an SSE error event, never as a silently truncated 200."""
+"""Sending a started backend answer to the client: bytes pass through untouched (SSE events are never parsed); a
+stream that breaks after the first byte ends with an SSE error event, never as a silently truncated 200."""
 
 from __future__ import annotations
 
-import asyncio
-
-import aiohttp
-from aiohttp import web
-
 from ascend_pd.proxy.failures import sse_error_event
 from ascend_pd.proxy.metrics import ProxyMetrics
-from ascend_pd.proxy.upstream import Opened
+from ascend_pd.proxy.upstream import TRANSPORT_ERRORS, Opened
+from ascend_pd.proxy.wire.server import Request, Response, Stream
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE_MARK = b"[DONE]"
@@ -18,52 +14,49 @@ DONE_EVENT = b"data: [DONE]\n\n"  # the last event of an OpenAI stream: nothing 
 TAIL = len(DONE_EVENT)
 
 
-async def relay(request: web.Request, opened: Opened, metrics: ProxyMetrics) -> web.StreamResponse:
+async def relay(request: Request, opened: Opened, metrics: ProxyMetrics) -> Response | Stream:
     try:
         if not opened.streaming:
-            return web.Response(body=opened.first, content_type="application/json")
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        await response.prepare(request)
+            return Response(opened.first)
+        stream = request.stream(200, SSE_HEADERS)
         if opened.response is None:  # the whole stream is already here
-            await response.write_eof(opened.first)
+            await stream.end(opened.first)
         else:
-            await _relay_stream(response, opened, metrics)
-        return response
+            await _relay_stream(stream, opened, metrics)
+        return stream
     finally:
         opened.close()
 
 
-async def _relay_stream(response: web.StreamResponse, opened: Opened, metrics: ProxyMetrics) -> None:
-    upstream = opened.response.content
-    chunk = opened.first
-    tail = chunk[-TAIL:]
+async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics) -> None:
+    """Each backend chunk goes to the client from inside the backend connection's callback (Response.pipe), so a
+    token costs one read and one write. The last event and the end of the body go out in one write as soon as
+    [DONE] is seen; the backend's own end of body is still awaited before returning, so its load stays accounted
+    and its connection is pooled only once its answer is really over."""
+    upstream = opened.response
+    tail = b""
+
+    def forward(chunk: bytes) -> None:
+        nonlocal tail
+        if stream.ended:  # nothing may follow [DONE]: whatever does is dropped
+            return
+        tail = chunk[-TAIL:] if len(chunk) >= TAIL else (tail + chunk)[-TAIL:]
+        if tail.endswith(DONE_EVENT):
+            stream.end_now(chunk)
+        else:
+            stream.write_now(chunk)
+
+    forward(opened.first)
+    stream.on_pressure(upstream.hold)
     try:
-        while not tail.endswith(DONE_EVENT):
-            await response.write(chunk)
-            chunk = await upstream.readany()
-            if not chunk:  # the backend ended its body without a final [DONE] event
-                break
-            tail = chunk[-TAIL:] if len(chunk) >= TAIL else (tail + chunk)[-TAIL:]
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        await upstream.pipe(forward)
+    except TRANSPORT_ERRORS as exc:  # from the backend: a client that leaves cancels this task instead
         broken = f"the backend stream broke: {type(exc).__name__} {exc}".strip()
     else:
-        if chunk:
-            await _finish_after_done(response, upstream, chunk)
-            return
         broken = None if DONE_MARK in tail else "the backend ended the stream before [DONE]"
+    if stream.ended:
+        return
     if broken:
         metrics.stream_errors.inc()
-        await response.write(sse_error_event(broken))
-    await response.write_eof()
-
-
-async def _finish_after_done(response: web.StreamResponse, upstream: aiohttp.StreamReader, last: bytes) -> None:
-    """The client's answer is complete: send the last event and the end of the body in one write, without waiting
-    a loop turn for the backend's end of body. That end is still read before the relay returns, so the backend's
-    load stays accounted and its connection is pooled only once its answer is really over."""
-    await response.write_eof(last)
-    try:
-        while await upstream.readany():  # nothing should follow [DONE]; whatever does is dropped, not buffered
-            pass
-    except (aiohttp.ClientError, asyncio.TimeoutError):
-        pass  # the client has every byte; Opened.close() drops a connection that did not end cleanly
+        stream.write_now(sse_error_event(broken))
+    await stream.end()

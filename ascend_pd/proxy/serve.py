@@ -1,33 +1,68 @@
-"""Run a proxy until it is stopped: on the chosen event loop, with a failure to bind reported as bad input."""
+"""Run a proxy until it is stopped: one worker process per core on one port, each on the chosen event loop, with a
+failure to bind reported as bad input.
+
+Workers share the port through SO_REUSEPORT (the kernel spreads connections over them) and see each other through
+the sibling table (ascend_pd.proxy.siblings): in-flight load, admin changes, the metaserver and /metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
+import logging
+import os
+import signal
+import socket
+import time
 from typing import Callable
 
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.app import Proxy, build_app
+from ascend_pd.proxy.app import Proxy, start_server
 from ascend_pd.proxy.event_loop import EventLoopChoice, new_event_loop
 from ascend_pd.proxy.memory_trace import install_from_environment
+from ascend_pd.proxy.siblings import Siblings, make_siblings
+
+MAX_RESTARTS = 10  # workers that die this often within the window: something is wrong, stop rather than spin
+RESTART_WINDOW_SECONDS = 60
+
+log = logging.getLogger("ascend_pd.proxy")
 
 
-def serve(proxy: Proxy, host: str, port: int, event_loop: EventLoopChoice = "auto",
-          started: Callable[[str], None] = lambda loop_name: None) -> None:
-    """Serve `proxy` on host:port; `started` hears the event loop's name once the loop exists."""
-    from aiohttp import web
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's cpuset also sets)."""
+    return len(os.sched_getaffinity(0))
 
+
+def serve(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: int, event_loop: EventLoopChoice = "auto",
+          workers: int = 1, started: Callable[[str], None] = lambda loop_name: None) -> None:
+    """Serve the proxy `make_proxy` builds (once per worker, after the fork, so no two workers share a random
+    state) on host:port; `started` hears the event loop's name once the port is known to be free."""
+    check_port_free(host, port)
     try:
         loop, loop_name = new_event_loop(event_loop)
     except RuntimeError as exc:
         raise InputError(str(exc), field="--event-loop", fix="pip install uvloop, or pass --event-loop asyncio") \
             from None
-    install_from_environment(loop)
+    proxy = make_proxy(None)  # bad input (a policy name, a tokenizer file) fails here, once, before any fork
     started(loop_name)
-    try:
-        web.run_app(build_app(proxy), host=host, port=port, handler_cancellation=True, access_log=None,
-                    print=None, loop=loop)
-    except OSError as exc:  # raised while binding, before any request is served
-        raise listen_error(host, port, exc) from None
+    if workers == 1:
+        _run_worker(loop, proxy, host, port, reuse_port=False)
+        return
+    loop.close()  # each worker makes its own after the fork
+    if not _supervise(make_proxy, host, port, event_loop, workers):
+        raise SystemExit(1)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Bind once without SO_REUSEPORT, so a port another process holds (even with SO_REUSEPORT) is an error here and
+    not a silent share."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise listen_error(host, port, exc) from None
 
 
 def listen_error(host: str, port: int, exc: OSError) -> InputError:
@@ -37,3 +72,94 @@ def listen_error(host: str, port: int, exc: OSError) -> InputError:
                           fix=f"stop the process listening there (ss -ltnp 'sport = :{port}'), or pass another --port")
     return InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--host",
                       fix="pass an address of this machine, or 0.0.0.0 for all of them")
+
+
+def _run_worker(loop: asyncio.AbstractEventLoop, proxy: Proxy, host: str, port: int, reuse_port: bool,
+                siblings: Siblings | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop taking connections and finish what is in flight (1 s grace)."""
+    asyncio.set_event_loop(loop)
+    install_from_environment(loop)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    async def main() -> None:
+        try:
+            server, _ = await start_server(proxy, host, port, reuse_port, siblings)
+        except OSError as exc:
+            raise listen_error(host, port, exc) from None
+        try:
+            await stop.wait()
+        finally:
+            await server.cleanup()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def _supervise(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: int, event_loop: EventLoopChoice,
+               workers: int) -> bool:
+    """Fork the workers and keep them running: one that dies is started again (its share of the load table is
+    cleared first); SIGTERM or SIGINT stops them all and waits for them. False if they kept dying."""
+    load, private_sockets = make_siblings(workers)
+    children: dict[int, int] = {}  # pid -> worker index
+    stopping = False
+
+    def start(worker: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+                    signal.signal(signum, signal.SIG_DFL)
+                load.worker = worker
+                loop, _ = new_event_loop(event_loop)
+                siblings = Siblings(worker, private_sockets, load)
+                _run_worker(loop, make_proxy(siblings), host, port, True, siblings)
+            except BaseException:  # a worker never returns into the supervisor's code
+                log.exception("proxy worker %d failed", worker)
+                code = 1
+            finally:
+                os._exit(code)
+        children[pid] = worker
+
+    def tell_workers(signum: int) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def stop(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+        tell_workers(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    # the memory probe (ascend_pd.proxy.memory_trace) lives in the workers: each writes its own snapshot
+    signal.signal(signal.SIGUSR1, lambda signum, frame: tell_workers(signum))
+    for worker in range(workers):
+        start(worker)
+    restarts: list[float] = []
+    gave_up = False
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        worker = children.pop(pid, None)
+        if worker is None or stopping:
+            continue
+        load.forget_worker(worker)
+        now = time.monotonic()
+        restarts = [t for t in restarts if now - t < RESTART_WINDOW_SECONDS] + [now]
+        if len(restarts) > MAX_RESTARTS:
+            log.error("proxy workers died %d times in %d s; stopping", len(restarts), RESTART_WINDOW_SECONDS)
+            gave_up = True
+            stop(signal.SIGTERM, None)
+            continue
+        log.warning("proxy worker %d (pid %d) exited with status %d; starting it again", worker, pid,
+                    os.waitstatus_to_exitcode(status))
+        start(worker)
+    return not gave_up

@@ -1,4 +1,5 @@
-"""Proxy settings as one frozen value: flow mode, timeouts, limits, retries, health checks, admin token."""
+"""Proxy settings as one frozen value: flow mode, timeouts, limits, retries, health checks, engine load polling,
+admin token."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class ProxySettings:
     prefill_attempts: int = 3  # a failed P is retried on another P, before the handoff
     pair_attempts: int = 3  # a D that fails before its first token means a fresh prefill on a new pair
     health_interval: float = 2.0  # 0 turns active health checks off
+    engine_load_interval: float = 1.0  # seconds between reads of every engine's /metrics; 0 turns them off
     breaker_failures: int = 3
     breaker_open_seconds: float = 10.0
     handoff_grace: float = 30.0  # how long a D whose client left may run to pull and free P's KV (pull mode)

@@ -92,7 +92,8 @@ class FakeEngine:
         self.received: list[dict[str, Any]] = []  # completion request bodies, in arrival order
         self.finish_reasons: collections.Counter[str] = collections.Counter()  # of the answers sent
         self.cancelled = 0  # completion requests whose client (the proxy) went away before the end
-        self.active = 0
+        self.active = 0  # completion requests being served
+        self.waiting = 0  # of those, D requests still queued for blocks or for their KV (vLLM's "waiting")
         self.stale_reads = 0
         self.lost_kv_reads = 0  # D reads of blocks a restart of P lost
         self.recomputes = 0  # decode requests that came without KV: D recomputed the prompt itself
@@ -116,6 +117,7 @@ class FakeEngine:
         app.router.add_post("/v1/chat/completions", self._complete)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/kv/{handle}", self._read_kv)  # pull: D reads P's blocks
         app.router.add_get("/kv-push/{key}", self._wait_pushed)  # push: D waits for P's writes, on P's side channel
         app.router.add_post("/kv-push/{key}", self._receive_push)  # layerwise: P writes into D
@@ -154,6 +156,18 @@ class FakeEngine:
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """vLLM's scheduler gauges, as one engine core, counting the requests this fake is serving right now. It has
+        no block pool, so its KV cache usage is 0."""
+        labels = f'{{engine="0",model_name="{self.model}"}}'
+        gauges = (("vllm:num_requests_running", "Number of requests in model execution batches.",
+                   self.active - self.waiting),
+                  ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", self.waiting),
+                  ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", 0))
+        text = "".join(f"# HELP {name} {doc}\n# TYPE {name} gauge\n{name}{labels} {float(value)}\n"
+                       for name, doc, value in gauges)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
@@ -179,8 +193,12 @@ class FakeEngine:
             await asyncio.sleep(self.behaviour.prefill_delay)
             return web.json_response(self._prefill(request, body, params, prompt))
         if params.get("do_remote_prefill"):
-            await asyncio.sleep(self.behaviour.queue_delay)
-            prompt = await self._receive_kv(request, params, prompt)
+            self.waiting += 1
+            try:
+                await asyncio.sleep(self.behaviour.queue_delay)
+                prompt = await self._receive_kv(request, params, prompt)
+            finally:
+                self.waiting -= 1
             if prompt is None:
                 return await self._kv_load_failed(request, body)
         else:

@@ -1,29 +1,34 @@
-"""Calls to backends over one pooled aiohttp session, turning every transport problem into UpstreamFailure."""
+"""Calls to backends over the proxy's pooled HTTP client, turning every transport problem into UpstreamFailure."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from ascend_pd.proxy.backends import Backend, Lease
 from ascend_pd.proxy.failures import UpstreamFailure
 from ascend_pd.proxy.settings import Timeouts
+from ascend_pd.proxy.wire.client import ConnectionFailed, HttpClient, Response, Target
+from ascend_pd.proxy.wire.client import Timeouts as CallTimeouts
 
 ERROR_BODY_LIMIT = 64 * 1024
 STREAMED_ERROR = b'data: {"error"'
+# what a failed call raises: the backend unreachable or broken, or a connect/read/total timeout
+TRANSPORT_ERRORS = (ConnectionFailed, OSError, asyncio.TimeoutError)
 
 
-def make_session(timeouts: Timeouts) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-    timeout = aiohttp.ClientTimeout(total=timeouts.total, connect=timeouts.connect, sock_read=timeouts.read)
-    # no cookie jar: a proxy must not carry one client's backend cookies over to the next client
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                 cookie_jar=aiohttp.DummyCookieJar(),
-                                 json_serialize=lambda obj: msgspec.json.encode(obj).decode())
+def make_client(timeouts: Timeouts) -> HttpClient:
+    return HttpClient(CallTimeouts(connect=timeouts.connect, read=timeouts.read, total=timeouts.total))
+
+
+@functools.lru_cache(maxsize=4096)
+def target(url: str, path: str) -> Target:
+    """A backend URL and path parsed once, not per call."""
+    return Target.parse(url + path)
 
 
 @dataclass
@@ -32,7 +37,7 @@ class Opened:
     The leases are released and the connection closed or returned when the relay is done with it. With no
     response, `first` is a whole answer already read (P's, when P had all of it)."""
 
-    response: aiohttp.ClientResponse | None
+    response: Response | None
     first: bytes
     streaming: bool
     leases: list[Lease]
@@ -43,54 +48,54 @@ class Opened:
             lease.release()
         if self.response is None:
             return
-        if self.response.content.at_eof():
-            self.response.release()
-        else:
-            self.response.close()  # closing the connection is what tells a vLLM backend to abort the request
+        self.response.release()  # a body not read to its end closes the connection: vLLM aborts that request
 
 
-async def post_json(session: aiohttp.ClientSession, backend: Backend, path: str, body: dict[str, Any],
+async def post_json(client: HttpClient, backend: Backend, path: str, body: dict[str, Any],
                     headers: dict[str, str]) -> dict[str, Any]:
     """A non-streaming call; the parsed JSON answer or UpstreamFailure. Feeds the backend's circuit breaker."""
+    response = None
     try:
-        async with session.post(backend.target(path), data=msgspec.json.encode(body), headers=headers) as response:
-            payload = await response.read()
-            if response.status != 200:
-                raise _status_failure(backend, response.status, payload)
-            try:
-                answer = msgspec.json.decode(payload)
-            except msgspec.DecodeError:
-                raise _fault(backend, "answered 200 with a body that is not JSON") from None
-            if not isinstance(answer, dict):
-                raise _fault(backend, "answered 200 with JSON that is not an object")
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        response = await client.request("POST", target(backend.url, path), msgspec.json.encode(body), headers)
+        payload = await response.read()
+    except TRANSPORT_ERRORS as exc:
         raise _transport_failure(backend, exc) from None
+    finally:
+        if response is not None:
+            response.release()  # pools the connection once the body is read; a cancelled read closes it
+    if response.status != 200:
+        raise _status_failure(backend, response.status, payload)
+    try:
+        answer = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        raise _fault(backend, "answered 200 with a body that is not JSON") from None
+    if not isinstance(answer, dict):
+        raise _fault(backend, "answered 200 with JSON that is not an object")
     backend.breaker.record_success()
     return answer
 
 
-async def open_answer(session: aiohttp.ClientSession, backend: Backend, path: str, body: dict[str, Any],
-                      headers: dict[str, str], streaming: bool,
-                      handoff: bool = False) -> tuple[aiohttp.ClientResponse, bytes]:
+async def open_answer(client: HttpClient, backend: Backend, path: str, body: dict[str, Any],
+                      headers: dict[str, str], streaming: bool, handoff: bool = False) -> tuple[Response, bytes]:
     """Send a request and wait until it has surely started: a 200 and a non-empty first chunk. With `handoff`
     (D given a prefill's KV), an error status does not count against D's breaker: a KV load failed under
     kv_load_failure_policy "fail" is a 500 whose cause may be P or the link."""
     response = None
     try:
-        response = await session.post(backend.target(path), data=msgspec.json.encode(body), headers=headers)
+        response = await client.request("POST", target(backend.url, path), msgspec.json.encode(body), headers)
         if response.status != 200:
-            body = await response.content.read(ERROR_BODY_LIMIT)
+            body = await response.read(ERROR_BODY_LIMIT)
             if handoff:
                 raise UpstreamFailure(backend.url, f"HTTP {response.status}", status=response.status, body=body)
             raise _status_failure(backend, response.status, body)
-        first = await (response.content.readany() if streaming else response.read())
+        first = await (response.read_any() if streaming else response.read())
         if not first:
             raise _fault(backend, "answered 200 and then closed without a byte")
         if streaming and first.lstrip().startswith(STREAMED_ERROR):
             # vLLM streams a request that failed before its first token (a KV load that failed under
             # kv_load_failure_policy "fail") as a 200 whose first event is an error: nothing reached the client yet
             raise UpstreamFailure(backend.url, "failed before its first token", status=500, body=first)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except TRANSPORT_ERRORS as exc:
         if response is not None:
             response.close()
         raise _transport_failure(backend, exc) from None

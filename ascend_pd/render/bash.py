@@ -1,8 +1,9 @@
-"""The bash target: launch-<node>.sh and stop-<node>.sh for every node, launch-proxy.sh, and a README for DIR."""
+"""The bash target: launch-<node>.sh and stop-<node>.sh for every node, launch-proxy.sh on proxy.node and
+launch-proxy-<node>.sh on each node of proxy.extra_nodes, and a README for DIR."""
 
 from __future__ import annotations
 
-from ascend_pd.render.processes import LaunchPlan, NodePlan
+from ascend_pd.render.processes import LaunchPlan, NodePlan, ProxyReplica
 from ascend_pd.render.shell import node_section, process_summary, quote, script
 
 STOP_BODY = """\
@@ -37,29 +38,73 @@ def launch_script(plan: LaunchPlan, node: NodePlan) -> str:
     return script(description, body)
 
 
+def _stop_description(plan: LaunchPlan, node_name: str, replicas: list[ProxyReplica]) -> list[str]:
+    if not plan.processes_on(node_name):
+        return [f"Stop the proxy that {r.script} started on {node_name}." for r in replicas]
+    first = plan.deployment.proxy.node
+    return ([f"Stop what launch-{node_name}.sh (and launch-proxy.sh, on the proxy node) started on {node_name}."] +
+            [f"It also stops the proxy replica {r.script} started." for r in replicas if r.node != first])
+
+
 def stop_script(plan: LaunchPlan, node_name: str) -> str:
-    names = [p.name for p in plan.processes_on(node_name)]
-    if plan.deployment.proxy.node == node_name:
-        names.append("proxy")
-    description = [f"Stop what launch-{node_name}.sh (and launch-proxy.sh, on the proxy node) started on {node_name}."]
+    replicas = [r for r in plan.proxies if r.node == node_name]
+    names = [p.name for p in plan.processes_on(node_name)] + [r.name for r in replicas]
     body = [STOP_BODY, "stop " + " ".join(quote(n) for n in names)]
-    return script(description, body)
+    return script(_stop_description(plan, node_name, replicas), body)
 
 
-def proxy_argv(plan: LaunchPlan, deployment_path: str) -> list[str]:
+def proxy_argv(plan: LaunchPlan, deployment_path: str, host: str, advertise_url: str | None) -> list[str]:
     proxy = plan.deployment.proxy
-    return ["ascend-pd", "proxy", "--deployment", deployment_path, "--host", plan.proxy_network.host_ip,
-            "--port", str(proxy.port)]
+    argv = ["ascend-pd", "proxy", "--deployment", deployment_path, "--host", host, "--port", str(proxy.port)]
+    if proxy.workers is not None:
+        argv += ["--workers", str(proxy.workers)]
+    if advertise_url is not None:
+        argv += ["--advertise-url", advertise_url]
+    return argv
 
 
-def proxy_script(plan: LaunchPlan) -> str:
+def proxy_script(plan: LaunchPlan, replica: ProxyReplica) -> str:
     proxy = plan.deployment.proxy
-    description = [f"Start the ascend-pd proxy of deployment '{plan.deployment.metadata.name}' on node {proxy.node}; "
+    description = [f"Start the ascend-pd proxy of deployment '{plan.deployment.metadata.name}' on node {replica.node}; "
                    "it reads its backends from deployment.yaml."]
-    words = " ".join(quote(w) for w in ["start", "proxy", *proxy_argv(plan, "DEPLOYMENT")])
-    body = [f"# The proxy listens on {plan.proxy_network.host_ip}:{proxy.port}.",
+    if len(plan.proxies) > 1:
+        description.append(f"It is one of {len(plan.proxies)} replicas in front of the same backends (README.md).")
+    argv = proxy_argv(plan, "DEPLOYMENT", replica.network.host_ip, replica.advertise_url)
+    words = " ".join(quote(w) for w in ["start", replica.name, *argv])
+    body = [f"# The proxy listens on {replica.network.host_ip}:{proxy.port}.",
             words.replace("DEPLOYMENT", '"$HERE/deployment.yaml"')]
     return script(description, body)
+
+
+def _workers_phrase(workers: int | None) -> str:
+    if workers is None:
+        return "one worker process per core available to it"
+    return f"{workers} worker process{'es' if workers > 1 else ''}"
+
+
+def _on_nodes(nodes: list[str]) -> str:
+    names = ", ".join(f"`{node}`" for node in nodes)
+    return f"on each of {names}" if len(nodes) > 1 else f"on {names}"
+
+
+def _proxy_steps(plan: LaunchPlan) -> list[str]:
+    """Step 4 of the bash README: where each proxy replica starts, and where clients send requests."""
+    deployment = plan.deployment
+    proxy = deployment.proxy
+    workers = _workers_phrase(proxy.workers)
+    model = deployment.served_model_name
+    if len(plan.proxies) == 1:
+        head = f"4. Start the proxy, which runs {workers}, all on one port:"
+        tail = (f"   Clients send OpenAI requests to `http://{plan.proxies[0].network.host_ip}:{proxy.port}/v1/...` "
+                f"with model `{model}`.")
+    else:
+        head = (f"4. Start the proxy's {len(plan.proxies)} replicas, one per node below; each fronts every instance "
+                f"and runs {workers} on one port:")
+        tail = (f"   Clients, or a load balancer in front of the replicas, spread OpenAI requests with model `{model}` "
+                f"over their `http://<address>/v1/...`; each replica routes by its own requests in flight and the "
+                "load the engines report on /metrics.")
+    replicas = [f"   - `{r.node}` ({r.network.host_ip}:{proxy.port}): `bash {r.script}`" for r in plan.proxies]
+    return [head, "", *replicas, "", tail]
 
 
 def readme(plan: LaunchPlan, targets: set[str]) -> str:
@@ -67,8 +112,9 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
     proxy = deployment.proxy
     lines = [f"# {deployment.metadata.name}: how to start it", "",
              f"Rendered by `ascend-pd render` from `deployment.yaml` (cluster `{plan.cluster.name}`, model "
-             f"`{deployment.model.path}`, connector `{deployment.connector.implementation}` in {deployment.connector.mode}"
-             " mode). Render again after changing deployment.yaml; do not edit these files by hand.", ""]
+             f"`{deployment.model.path}`, connector `{deployment.connector.implementation}` in "
+             f"{deployment.connector.mode} mode). Render again after changing deployment.yaml; do not edit these "
+             "files by hand.", ""]
     if "bash" in targets:
         lines += ["## With the bash launchers", "",
                   "1. Copy this directory to the same path on every node listed below, and the model weights to "
@@ -77,34 +123,32 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
                   "3. On each node, run its launcher (any order; an instance spread over several nodes waits until "
                   "all of them have started):", ""]
         lines += [f"   - `{node.name}` ({node.network.host_ip}): `bash launch-{node.name}.sh`" for node in plan.nodes]
-        lines += ["",
-                  f"4. On `{proxy.node}`, start the proxy: `bash launch-proxy.sh`. Clients send OpenAI requests to "
-                  f"`http://{plan.proxy_network.host_ip}:{proxy.port}/v1/...` with model "
-                  f"`{deployment.served_model_name}`.",
+        lines += ["", *_proxy_steps(plan), "",
                   "5. Logs are in `logs/<process>.log`, pids in `run/`. `bash stop-NODE.sh` stops a node's processes.",
                   ""]
     if "k8s" in targets:
         lines += ["## On Kubernetes", "",
                   "`kubectl apply -f k8s/` creates a ConfigMap with deployment.yaml and the serve scripts, one "
                   "Deployment per single-node instance, one LeaderWorkerSet per multi-node instance (needs the "
-                  "LeaderWorkerSet controller), and the proxy's Deployment and Service. Pods use host networking and "
-                  "are pinned to nodes by `kubernetes.io/hostname`, so cluster node names must be Kubernetes node "
-                  "names (edit the cluster file, or the nodeSelector, when they differ).", ""]
+                  f"LeaderWorkerSet controller), and the proxy's Deployment (one replica {_on_nodes(proxy.nodes)}, "
+                  f"with {_workers_phrase(proxy.workers)}) and a Service in front of its replicas. Pods use host "
+                  "networking and are pinned to nodes by `kubernetes.io/hostname`, so cluster node names must be "
+                  "Kubernetes node names (edit the cluster file, or the nodeSelector, when they differ).", ""]
     if plan.platform != "cpu":
         lines += ["`ranktables/` holds an HCCL rank table per instance for sites whose HCCL setup asks for one; "
                   "Mooncake itself does not need them.", ""]
     lines += ["## Processes", "", "| node | process | what |", "|---|---|---|"]
     for process in plan.processes():
         lines.append(f"| {process.node} | {process.name} | {process_summary(process)} |")
-    lines.append(f"| {proxy.node} | proxy | {plan.proxy_network.host_ip}:{proxy.port}, policy {proxy.policy} |")
+    lines += [f"| {r.node} | {r.name} | {r.network.host_ip}:{proxy.port}, policy {proxy.policy}, "
+              f"{_workers_phrase(proxy.workers)} |" for r in plan.proxies]
     return "\n".join(lines) + "\n"
 
 
 def bash_files(plan: LaunchPlan) -> dict[str, str]:
     files = {f"launch-{node.name}.sh": launch_script(plan, node) for node in plan.nodes}
     nodes = [n.name for n in plan.nodes]
-    if plan.deployment.proxy.node not in nodes:
-        nodes.append(plan.deployment.proxy.node)
+    nodes += [r.node for r in plan.proxies if r.node not in nodes]
     files.update({f"stop-{name}.sh": stop_script(plan, name) for name in nodes})
-    files["launch-proxy.sh"] = proxy_script(plan)
+    files.update({r.script: proxy_script(plan, r) for r in plan.proxies})
     return files

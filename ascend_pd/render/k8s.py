@@ -1,4 +1,5 @@
-"""The Kubernetes target: a ConfigMap, a Deployment or LeaderWorkerSet per instance, the proxy's Deployment and Service.
+"""The Kubernetes target: a ConfigMap, a Deployment or LeaderWorkerSet per instance, the proxy's Deployment (one
+replica per proxy node) and Service.
 
 Each instance pod runs serve-<instance>.sh from the ConfigMap: the same node sections the bash launchers print, so
 both targets start identical command lines."""
@@ -75,7 +76,8 @@ def _pod_spec(plan: LaunchPlan, command: list[str], resources: dict[str, int], p
     container: dict[str, Any] = {
         "name": "main", "image": image, "command": command,
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "RUN_DIR", "value": "/tmp/ascend-pd/run"}, {"name": "LOG_DIR", "value": "/tmp/ascend-pd/logs"}],
+                {"name": "RUN_DIR", "value": "/tmp/ascend-pd/run"},
+                {"name": "LOG_DIR", "value": "/tmp/ascend-pd/logs"}],
         "volumeMounts": mounts,
     }
     if resources:
@@ -90,8 +92,8 @@ def _pinned(node: str) -> dict[str, Any]:
 
 
 def _spread_over(nodes: list[str], labels: dict[str, str]) -> dict[str, Any]:
-    """One worker pod on each of `nodes` (the workers of a group share one template, so they cannot be pinned
-    one by one; each serves the part of the instance its node holds)."""
+    """One pod on each of `nodes`, for pods that share one template and so cannot be pinned one by one: the workers
+    of a group (each serves the part of the instance its node holds) and the proxy's replicas."""
     return {"affinity": {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}},
@@ -139,15 +141,36 @@ def config_map(plan: LaunchPlan, deployment_yaml: str) -> dict[str, Any]:
             "metadata": {"name": _object_name(plan, "config"), "labels": _labels(plan, "config")}, "data": data}
 
 
+def _proxy_container(plan: LaunchPlan, container: dict[str, Any]) -> None:
+    """The proxy's ports, probe and CPU request on the container _pod_spec built."""
+    proxy = plan.deployment.proxy
+    # Pods use host networking, so the pod IP kubelet probes and the Service targets is the node's: status.hostIP.
+    container["env"].append({"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}})
+    container["ports"] = [{"name": "http", "containerPort": proxy.port}]
+    # /health rather than a TCP check: it answers 503 while this replica cannot form a P/D pair, so the Service
+    # sends requests only to replicas that can serve them (a replica cut off from the engines drops out while the
+    # others serve); when no replica can, requests would fail anyway.
+    container["readinessProbe"] = {"httpGet": {"path": "/health", "port": proxy.port}, "periodSeconds": 5}
+    if proxy.workers is not None:
+        # A request, without a limit: a CFS quota would throttle the event loops in bursts and add latency.
+        container["resources"] = {"requests": {"cpu": str(proxy.workers)}}
+
+
 def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
     proxy = plan.deployment.proxy
     name = _object_name(plan, "proxy")
     labels = _labels(plan, "proxy")
-    spec = _pod_spec(plan, proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml"), {}, _pinned(proxy.node), False, image)
-    spec["containers"][0]["ports"] = [{"name": "http", "containerPort": proxy.port}]
-    spec["containers"][0]["readinessProbe"] = {"tcpSocket": {"port": proxy.port}, "periodSeconds": 5}
+    nodes = proxy.nodes
+    placement = _pinned(nodes[0]) if len(nodes) == 1 else _spread_over(nodes, labels)
+    # One pod template for every replica: each listens on, and advertises, the address of the node it runs on.
+    command = proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml", "$(HOST_IP)", f"http://$(HOST_IP):{proxy.port}")
+    spec = _pod_spec(plan, command, {}, placement, False, image)
+    _proxy_container(plan, spec["containers"][0])
+    # Each replica holds its node's port and no spare node is allowed, so a surge pod could never be scheduled:
+    # a rollout replaces one replica at a time instead.
+    strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
-                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                  "spec": {"replicas": len(nodes), "strategy": strategy, "selector": {"matchLabels": labels},
                            "template": {"metadata": {"labels": labels}, "spec": spec}}}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
                "spec": {"selector": labels,

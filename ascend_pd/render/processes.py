@@ -64,12 +64,26 @@ class NodePlan:
 
 
 @dataclass(frozen=True)
+class ProxyReplica:
+    """One `ascend-pd proxy` of the deployment: the first on proxy.node, one more on each of proxy.extra_nodes."""
+
+    node: str
+    network: NodeNetwork
+    name: str  # pid and log file name: "proxy" on proxy.node, "proxy-<node>" elsewhere
+    advertise_url: str | None  # --advertise-url; None where the proxy's own default already names this replica
+
+    @property
+    def script(self) -> str:
+        return f"launch-{self.name}.sh"
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     deployment: Deployment
     cluster: Cluster
     platform: Platform
     nodes: tuple[NodePlan, ...]  # nodes that run a serving process, in cluster order
-    proxy_network: NodeNetwork
+    proxies: tuple[ProxyReplica, ...]  # proxy.node's replica first
 
     # A SuperCluster plan has thousands of nodes and instances: the lookups below are indexed once.
     def processes(self) -> list[Process]:
@@ -243,6 +257,23 @@ def _instance_processes(loaded: LoadedDeployment, facts: _Facts, index: int, ins
     return processes
 
 
+def _proxy_replicas(deployment: Deployment, cluster: Cluster,
+                    networks: dict[str, NodeNetwork]) -> tuple[ProxyReplica, ...]:
+    """The proxy's replicas, proxy.node's first."""
+    proxy = deployment.proxy
+    # Without --advertise-url the proxy gives D (layerwise) the address of proxy.node in the cluster file
+    # (proxy/backend_choice.py); a replica anywhere else, or behind a --node-ip override, must name its own address.
+    default_url = f"http://{cluster.node(proxy.node).host_ip}:{proxy.port}"
+    replicas = []
+    for node in proxy.nodes:
+        url = f"http://{networks[node].host_ip}:{proxy.port}"
+        # A name per node keeps the pid and log files of replicas apart where nodes share the rendered directory.
+        name = "proxy" if node == proxy.node else f"proxy-{node}"
+        replicas.append(ProxyReplica(node=node, network=networks[node], name=name,
+                                     advertise_url=None if url == default_url else url))
+    return tuple(replicas)
+
+
 def plan_processes(loaded: LoadedDeployment, interface: str | None = None,
                    node_ips: dict[str, str] | None = None) -> LaunchPlan:
     """Lay out every process of a (validated) deployment. `interface` and `node_ips` override the cluster config."""
@@ -269,4 +300,4 @@ def plan_processes(loaded: LoadedDeployment, interface: str | None = None,
         env = node_environment(platform, deployment.connector, networks[node.name], {"prefill", "decode"} <= roles)
         nodes.append(NodePlan(name=node.name, network=networks[node.name], env=tuple(env.items()), processes=here))
     return LaunchPlan(deployment=deployment, cluster=cluster, platform=platform, nodes=tuple(nodes),
-                      proxy_network=networks[deployment.proxy.node])
+                      proxies=_proxy_replicas(deployment, cluster, networks))

@@ -1,4 +1,5 @@
-"""Rules about where instances run: nodes and devices exist, no device is used twice, shapes match, TP links allow TP."""
+"""Rules about where instances and proxy replicas run: nodes and devices exist, no device (or proxy node) is used
+twice, shapes match, TP links allow TP."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
+from ascend_pd.yamlfile import Loc, dotted
 
 
 @rule("APD101", "an instance names a node the cluster does not have")
@@ -20,12 +22,19 @@ def unknown_node(ctx: Context) -> Iterator[Diagnostic]:
                                f"use a node of the cluster (`ascend-pd show cluster {ctx.cluster.name}`), e.g. {known}")
 
 
-@rule("APD102", "the proxy runs on a node the cluster does not have")
+def proxy_replica_locs(ctx: Context) -> list[tuple[str, Loc]]:
+    """Each node that runs a proxy replica, with where the deployment names it: proxy.node, then extra_nodes."""
+    proxy = ctx.deployment.proxy
+    return [(proxy.node, ("proxy", "node"))] + [(node, ("proxy", "extra_nodes", k))
+                                                for k, node in enumerate(proxy.extra_nodes)]
+
+
+@rule("APD102", "a proxy replica runs on a node the cluster does not have")
 def unknown_proxy_node(ctx: Context) -> Iterator[Diagnostic]:
-    node = ctx.deployment.proxy.node
-    if not ctx.cluster.has_node(node):
-        yield ctx.diag("APD102", "error", ("proxy", "node"), f"proxy node '{node}' is not in cluster '{ctx.cluster.name}'",
-                       f"use a node of the cluster, e.g. {ctx.cluster.nodes[0].name}")
+    for node, loc in proxy_replica_locs(ctx):
+        if not ctx.cluster.has_node(node):
+            yield ctx.diag("APD102", "error", loc, f"proxy node '{node}' is not in cluster '{ctx.cluster.name}'",
+                           f"use a node of the cluster, e.g. {ctx.cluster.nodes[0].name}")
 
 
 @rule("APD103", "a device id does not exist on its node")
@@ -104,3 +113,17 @@ def tp_group_link(ctx: Context) -> Iterator[Diagnostic]:
                                f"instance '{inst.name}' DP rank {rank} spans {', '.join(nodes)}: {problem}",
                                "keep each TP group on one node (A2) or inside one SuperPoD (A3); "
                                "use more DP ranks instead of a wider TP")
+
+
+@rule("APD108", "a node runs two proxy replicas (listed twice in proxy.node and proxy.extra_nodes)")
+def proxy_node_twice(ctx: Context) -> Iterator[Diagnostic]:
+    first: dict[str, Loc] = {}
+    for node, loc in proxy_replica_locs(ctx):
+        if node in first:
+            # Replicas share one port, so a second one on a node could not bind it.
+            yield ctx.diag("APD108", "error", loc,
+                           f"node '{node}' already runs a proxy replica (at {dotted(first[node])}); replicas "
+                           "listen on the same port, so a node holds one",
+                           "list each node once; for more processes on one node, raise proxy.workers")
+        else:
+            first[node] = loc

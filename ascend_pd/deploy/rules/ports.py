@@ -7,7 +7,12 @@ from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
+from ascend_pd.deploy.rules.placement import proxy_replica_locs
 from ascend_pd.yamlfile import Loc
+
+
+PROXY_PORT_HINT = ("change proxy.port, or move the instance's port, so the proxy's port is free on proxy.node and "
+                   "on every node of proxy.extra_nodes")
 
 
 @dataclass(frozen=True)
@@ -21,7 +26,7 @@ class PortClaim:
 
 def port_claims(ctx: Context) -> list[PortClaim]:
     """Every port a process binds: each DP rank's HTTP port on its leader's host, each worker's side-channel port
-    (kv_port + dp_rank * tp * pp + worker) on the host of its device, and the proxy's port."""
+    (kv_port + dp_rank * tp * pp + worker) on the host of its device, and the proxy's port on each of its nodes."""
     return ctx.derived("port_claims", _collect_port_claims)
 
 
@@ -41,10 +46,26 @@ def _collect_port_claims(ctx: Context) -> list[PortClaim]:
                     claims.append(PortClaim(host[node], inst.kv_port + rank * workers + worker, "kv",
                                             f"instance '{inst.name}' DP rank {rank} worker {worker}",
                                             ("instances", i, "kv_port")))
+    return claims + _proxy_claims(ctx, host)
+
+
+def _proxy_claims(ctx: Context, host: dict[str, str]) -> list[PortClaim]:
+    """proxy.port on each node that runs a replica; a node listed twice claims it once (APD108 reports that)."""
     proxy = ctx.deployment.proxy
-    if proxy.node in host:
-        claims.append(PortClaim(host[proxy.node], proxy.port, "proxy", "the proxy", ("proxy", "port")))
-    return claims
+    claims: dict[str, PortClaim] = {}
+    for node, loc in proxy_replica_locs(ctx):
+        if node in host and node not in claims:
+            first = node == proxy.node
+            claims[node] = PortClaim(host[node], proxy.port, "proxy",
+                                     "the proxy" if first else f"the proxy replica on node '{node}'",
+                                     ("proxy", "port") if first else loc)
+    return list(claims.values())
+
+
+def _hint(first: PortClaim, second: PortClaim, hint: str) -> str:
+    if "proxy" in (first.kind, second.kind):
+        return PROXY_PORT_HINT
+    return hint
 
 
 def _clashes(ctx: Context, kinds: set[frozenset[str]]) -> Iterator[tuple[PortClaim, PortClaim]]:
@@ -65,7 +86,8 @@ def http_clash(ctx: Context) -> Iterator[Diagnostic]:
     for first, second in _clashes(ctx, {frozenset({"http"})}):
         yield ctx.diag("APD501", "error", second.loc,
                        f"{second.owner} and {first.owner} both serve HTTP on {second.host}:{second.port}",
-                       "give each instance on a host its own http_port range (DP rank i uses http_port + i)")
+                       _hint(first, second,
+                             "give each instance on a host its own http_port range (DP rank i uses http_port + i)"))
 
 
 @rule("APD502", "two workers on one host share a KV side-channel port")
@@ -81,7 +103,7 @@ def http_kv_clash(ctx: Context) -> Iterator[Diagnostic]:
     for first, second in _clashes(ctx, {frozenset({"http", "kv"})}):
         yield ctx.diag("APD503", "error", second.loc,
                        f"{second.owner} and {first.owner} both use port {second.port} on {second.host}",
-                       "keep HTTP ports (e.g. 8000-8999) apart from kv ports (e.g. 36000 and up)")
+                       _hint(first, second, "keep HTTP ports (e.g. 8000-8999) apart from kv ports (e.g. 36000 and up)"))
 
 
 @rule("APD504", "a kv port range overlaps the Ascend transport's ephemeral ports")

@@ -13,7 +13,7 @@ async def colocated(ctx: RequestContext, env: FlowEnv) -> Opened:
     backend = env.pick("colocated", ctx)
     lease = backend.lease(ctx.route.tokens)
     try:
-        response, first = await open_answer(env.session, backend, ctx.path, ctx.body, ctx.headers, ctx.streaming)
+        response, first = await open_answer(env.client, backend, ctx.path, ctx.body, ctx.headers, ctx.streaming)
     except UpstreamFailure as failure:
         lease.release()
         env.failed(backend, ctx, failure)

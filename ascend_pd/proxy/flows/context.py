@@ -7,8 +7,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Coroutine
 
-import aiohttp
-
 from ascend_pd.proxy.backends import Backend, BackendPool
 from ascend_pd.proxy.endpoints import Role
 from ascend_pd.proxy.failures import UpstreamFailure
@@ -16,6 +14,7 @@ from ascend_pd.proxy.metaserver import Metaserver
 from ascend_pd.proxy.metrics import ProxyMetrics
 from ascend_pd.proxy.policies import Policy, RouteRequest
 from ascend_pd.proxy.settings import ProxySettings
+from ascend_pd.proxy.wire.client import HttpClient
 
 log = logging.getLogger("ascend_pd.proxy")
 
@@ -51,7 +50,7 @@ class StartOver(Exception):
 
 @dataclass
 class FlowEnv:
-    session: aiohttp.ClientSession
+    client: HttpClient  # calls to backends
     pool: BackendPool
     policies: dict[str, Policy]
     metrics: ProxyMetrics

@@ -18,7 +18,7 @@ async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
     lease = decode.lease(ctx.route.tokens)
     to_decode = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": env.settings.metaserver_url}
     coordinates = env.metaserver.expect(ctx.request_id)
-    decoding = asyncio.ensure_future(open_answer(env.session, decode, ctx.path, decode_body(ctx.body, to_decode),
+    decoding = asyncio.ensure_future(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming))
     try:
         await asyncio.wait({coordinates, decoding}, return_when=asyncio.FIRST_COMPLETED)

@@ -19,7 +19,7 @@ async def call_prefill(ctx: RequestContext, env: FlowEnv, backend: Backend,
     lease = backend.lease(ctx.route.tokens)
     started = time.perf_counter()
     try:
-        answer = await post_json(env.session, backend, ctx.path, prefill_body(ctx.body, kv_transfer_params),
+        answer = await post_json(env.client, backend, ctx.path, prefill_body(ctx.body, kv_transfer_params),
                                  ctx.headers)
     except UpstreamFailure as failure:
         env.failed(backend, ctx, failure)

@@ -28,6 +28,6 @@ async def push(ctx: RequestContext, env: FlowEnv) -> Opened:
                  "remote_dp_rank": kv.dp_rank}
     lease = decode.lease(ctx.route.tokens)
     prefilling = asyncio.ensure_future(call_prefill(ctx, env, prefill, to_prefill))
-    decoding = asyncio.ensure_future(open_answer(env.session, decode, ctx.path, decode_body(ctx.body, to_decode),
+    decoding = asyncio.ensure_future(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming, handoff=True))
     return await first_answer_of_decode(ctx, env, prefill, prefilling, decoding, decode, lease)

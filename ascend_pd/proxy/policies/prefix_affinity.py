@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 from ascend_pd.proxy.backends import Backend
@@ -11,7 +12,7 @@ from ascend_pd.proxy.prefix_index import PrefixIndex
 
 
 class PrefixAffinity:
-    """Follow the prefix index when the matching backend carries at most `balance_tokens` more load than the
+    """Follow the prefix index when the matching backend carries at most `balance_tokens` more routing load than the
     lightest candidate; otherwise fall back to least-loaded. Every choice is recorded in the index."""
 
     name = "prefix-affinity"
@@ -24,11 +25,15 @@ class PrefixAffinity:
 
     def choose(self, candidates: Sequence[Backend], request: RouteRequest) -> Backend:
         by_url = {b.url: b for b in candidates}
-        lightest = min(b.load_tokens for b in candidates)
         match = self.index.longest_match(request.prompt, by_url.keys())
-        if match is not None and by_url[match].load_tokens - lightest <= self.balance_tokens:
+        if match is not None and self._balanced(by_url[match], candidates):
             chosen = by_url[match]
         else:
             chosen = self._fallback.choose(candidates, request)
         self.index.record(request.prompt, chosen.url)
         return chosen
+
+    def _balanced(self, backend: Backend, candidates: Sequence[Backend]) -> bool:
+        now = time.monotonic()
+        lightest = min(b.routing_load(now) for b in candidates)
+        return backend.routing_load(now) - lightest <= self.balance_tokens

@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 from ascend_pd.deploy.rules.base import CODES
@@ -30,6 +29,27 @@ def test_unknown_proxy_node_is_an_error(cm384):
     assert "APD102" in codes(cm384, "error")
     cm384["proxy"]["node"] = "cm0-n47"
     assert "APD102" not in codes(cm384)
+
+
+def test_unknown_extra_proxy_node_is_an_error_at_its_entry(cm384):
+    cm384["proxy"]["extra_nodes"] = ["cm0-n01", "somewhere"]
+    found = [d for d in diagnose(cm384) if d.code == "APD102"]
+    assert [(d.severity, d.path) for d in found] == [("error", "proxy.extra_nodes[1]")]
+    assert "'somewhere'" in found[0].message and found[0].line is not None
+    cm384["proxy"]["extra_nodes"] = ["cm0-n01", "cm0-n47"]
+    assert "APD102" not in codes(cm384)
+
+
+def test_a_node_listed_twice_for_the_proxy_is_an_error(cm384):
+    cm384["proxy"]["extra_nodes"] = ["cm0-n01", "cm0-n00", "cm0-n01"]  # proxy.node is cm0-n00
+    found = [d for d in diagnose(cm384) if d.code == "APD108"]
+    assert [d.path for d in found] == ["proxy.extra_nodes[1]", "proxy.extra_nodes[2]"]
+    assert {d.severity for d in found} == {"error"}
+    assert "(at proxy.node)" in found[0].message and "(at proxy.extra_nodes[0])" in found[1].message
+    assert "proxy.workers" in found[0].hint
+    assert "APD501" not in codes(cm384)  # one replica per node: the repeated entries claim no second port
+    cm384["proxy"]["extra_nodes"] = ["cm0-n01", "cm0-n02"]
+    assert "APD108" not in codes(cm384)
 
 
 def test_device_16_does_not_exist_on_an_a3_node(cm384):
@@ -471,6 +491,23 @@ def test_dp_rank_ports_count_up_from_http_port(a2):
 def test_proxy_port_clashing_with_an_endpoint(a2):
     a2["proxy"]["port"] = 8000
     assert "APD501" in codes(a2, "error")
+
+
+def test_proxy_port_clashing_with_an_endpoint_on_an_extra_node(a2):
+    a2["proxy"]["port"] = 8101  # free on a2-00, but decode-0 DP rank 1 serves on 8101 on a2-02
+    assert "APD501" not in codes(a2)
+    a2["proxy"]["extra_nodes"] = ["a2-01", "a2-02"]
+    found = [d for d in diagnose(a2) if d.code == "APD501"]
+    assert [(d.severity, d.path) for d in found] == [("error", "proxy.extra_nodes[1]")]
+    assert "the proxy replica on node 'a2-02'" in found[0].message and "'decode-0' DP rank 1" in found[0].message
+    assert "proxy.port" in found[0].hint
+
+
+def test_proxy_port_inside_a_kv_range_on_an_extra_node(a2):
+    a2["proxy"]["port"] = 28201  # decode-0's kv ports on a2-02 are 28200..28207
+    a2["proxy"]["extra_nodes"] = ["a2-02"]
+    found = [d for d in diagnose(a2) if d.code == "APD503"]
+    assert [d.path for d in found] == ["proxy.extra_nodes[0]"] and "proxy.port" in found[0].hint
 
 
 def test_kv_ranges_overlapping_on_one_host(a2):

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_pd.proxy.backends import Backend, BackendPool
+from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.metrics import ProxyMetrics
@@ -45,11 +45,13 @@ def test_has_candidate_agrees_with_candidates():
     assert pool.has_candidate("decode") and [b.url for b in pool.candidates("decode")] == ["http://10.0.0.2:8000"]
 
 
-def test_backend_target_is_the_parsed_url_of_the_path_and_is_kept():
-    backend = Backend(Endpoint("http://10.0.0.7:8100", "decode", "d"), CircuitBreaker(3, 10))
-    target = backend.target("/v1/chat/completions")
-    assert str(target) == "http://10.0.0.7:8100/v1/chat/completions"
-    assert backend.target("/v1/chat/completions") is target
+def test_a_call_target_is_the_parsed_url_of_the_path_and_is_kept():
+    from ascend_pd.proxy.upstream import target as call_target
+
+    target = call_target("http://10.0.0.7:8100", "/v1/chat/completions")
+    assert (target.host, target.port, target.path, target.host_header) == \
+        ("10.0.0.7", 8100, "/v1/chat/completions", "10.0.0.7:8100")
+    assert call_target("http://10.0.0.7:8100", "/v1/chat/completions") is target
 
 
 class Clock:

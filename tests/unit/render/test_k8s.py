@@ -72,8 +72,9 @@ def test_proxy_has_a_deployment_and_a_service_on_its_port():
     docs = documents(bundle_of("cloudmatrix384-deepseek-r1").files)
     deployment, service = docs["k8s/proxy.yaml"]
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    # one template for every replica: each listens on and advertises the host it lands on
     assert command == ["ascend-pd", "proxy", "--deployment", "/etc/ascend-pd/deployment.yaml",
-                       "--host", "192.168.16.11", "--port", "8080"]
+                       "--host", "$(HOST_IP)", "--port", "8080", "--advertise-url", "http://$(HOST_IP):8080"]
     assert service["spec"]["ports"][0]["port"] == 8080
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
@@ -98,7 +99,7 @@ def test_pods_start_the_same_command_lines_as_the_bash_launchers(name):
     files = bundle_of(name).files
     bash = {}
     for path, text in files.items():
-        if re.fullmatch(r"launch-.*\.sh", path) and path != "launch-proxy.sh":
+        if re.fullmatch(r"launch-.*\.sh", path) and not path.startswith("launch-proxy"):
             bash.update(start_blocks(text))
     configmap, = documents(files)["k8s/configmap.yaml"]
     pods = {}

@@ -1,0 +1,144 @@
+"""`ascend-pd proxy --workers 2` as a real process tree: two workers on one port act as one proxy. Requests spread
+over both, routing sees both workers' load, an admin change reaches both, vllm-ascend's D finds the worker whose
+request waits for its block coordinates, /metrics counts for both, and a worker that dies is replaced."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from ascend_pd.proxy.testing import Behaviour, FakeEngine, free_port, wait_healthy
+
+PROXY = [sys.executable, "-m", "ascend_pd.cli.main", "proxy"]
+ADMIN = {"Authorization": "Bearer s3cret"}
+
+
+def children(pid: int) -> list[int]:
+    return [int(child) for task in Path(f"/proc/{pid}/task").glob("*")
+            for child in (task / "children").read_text().split()]
+
+
+class Workers:
+    def __init__(self, engines: list[FakeEngine], *extra: str, workers: int = 2):
+        self.engines = engines
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [*PROXY, "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
+                     "--admin-token", "s3cret", "--health-interval", "0", "--engine-load-interval", "0", *extra]
+        for engine in engines:
+            self.args += [f"--{engine.role}", engine.url]
+        self.process = None
+
+    async def __aenter__(self) -> "Workers":
+        self.process = await asyncio.create_subprocess_exec(*self.args, stderr=subprocess.PIPE)
+        async with aiohttp.ClientSession() as session:
+            await wait_healthy(session, self.url)
+        for _ in range(100):  # every worker listens before the test starts
+            if len(children(self.process.pid)) == 2:
+                break
+            await asyncio.sleep(0.05)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.process.terminate()
+        assert await asyncio.wait_for(self.process.wait(), 15) == 0  # every worker stopped, cleanly
+        for engine in self.engines:
+            await engine.stop()
+
+    async def complete(self, prompt: str = "hello workers", max_tokens: int = 4, stream: bool = True) -> bytes:
+        """One request on a connection of its own, so the kernel may hand it to either worker."""
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "fake-model", "prompt": prompt, "max_tokens": max_tokens, "stream": stream}
+            async with session.post(self.url + "/v1/completions", json=body) as answer:
+                payload = await answer.read()
+                assert answer.status == 200, payload
+                return payload
+
+
+async def engines(prefills=1, decodes=2, behaviour=None) -> list[FakeEngine]:
+    started = []
+    for role, count in (("prefill", prefills), ("decode", decodes)):
+        for _ in range(count):
+            started.append(await FakeEngine(role, kv_port=0, behaviour=behaviour or Behaviour()).start())
+    return started
+
+
+async def served_by_worker(url: str) -> dict[str, float]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url + "/metrics") as answer:
+            text = await answer.text()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("ascend_pd_proxy_requests_total{"):
+            counts[line.split("{", 1)[1].split("}")[0]] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+@pytest.mark.asyncio
+async def test_two_workers_serve_one_port_and_their_metrics_count_every_request():
+    async with Workers(await engines()) as proxy:
+        answers = await asyncio.gather(*(proxy.complete(f"prompt {i}") for i in range(40)))
+        assert all(b"[DONE]" in answer for answer in answers)
+        counts = await served_by_worker(proxy.url)
+        assert counts == {'endpoint="/v1/completions",outcome="200"': 40.0}
+
+
+@pytest.mark.asyncio
+async def test_routing_sees_the_other_workers_requests():
+    """Two long streams, the second started while the first runs: whichever worker takes the second must see the
+    first on its decode engine and pick the other one. Workers blind to each other collide half the time."""
+    slow = Behaviour(token_delay=0.05)
+    started = await engines(decodes=2, behaviour=slow)
+    decodes = [engine for engine in started if engine.role == "decode"]
+    async with Workers(started, "--decode-policy", "least-loaded") as proxy:
+        for _ in range(8):
+            before = [len(engine.received) for engine in decodes]
+            first = asyncio.ensure_future(proxy.complete(max_tokens=10))
+            await asyncio.sleep(0.15)  # the first has its decode engine by now
+            await proxy.complete(max_tokens=2)
+            await first
+            assert [len(engine.received) - count for engine, count in zip(decodes, before)] == [1, 1]
+
+
+@pytest.mark.asyncio
+async def test_an_admin_drain_on_one_worker_reaches_the_other():
+    started = await engines(decodes=2)
+    drained, kept = [engine for engine in started if engine.role == "decode"]
+    async with Workers(started) as proxy:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(proxy.url + "/admin/backends/drain", json={"url": drained.url},
+                                    headers=ADMIN) as answer:
+                assert answer.status == 200, await answer.text()
+        before = len(drained.received)
+        await asyncio.gather(*(proxy.complete(f"after the drain {i}") for i in range(30)))
+        assert len(drained.received) == before
+        assert len(kept.received) >= 30
+
+
+@pytest.mark.asyncio
+async def test_layerwise_d_finds_the_worker_whose_request_waits_for_its_blocks():
+    proxy = Workers(await engines(decodes=1), "--mode", "layerwise")
+    proxy.args += ["--advertise-url", proxy.url]
+    async with proxy:
+        answers = await asyncio.gather(*(proxy.complete(f"layerwise {i}", max_tokens=3) for i in range(20)))
+        assert all(b"[DONE]" in answer for answer in answers)
+
+
+@pytest.mark.asyncio
+async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving():
+    async with Workers(await engines()) as proxy:
+        victim = children(proxy.process.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        for _ in range(100):
+            now = children(proxy.process.pid)
+            if len(now) == 2 and victim not in now:
+                break
+            await asyncio.sleep(0.05)
+        assert len(now) == 2 and victim not in now
+        answers = await asyncio.gather(*(proxy.complete(f"after the kill {i}") for i in range(20)))
+        assert all(b"[DONE]" in answer for answer in answers)
