@@ -33,6 +33,9 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
+from bench_proxy import process_tree  # tools/ is this script's directory
+from prometheus_client.parser import text_string_to_metric_families
+
 from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
 from ascend_pd.proxy.testing import Behaviour, FakeEngine, fake_tokens, free_port, wait_healthy
 
@@ -89,7 +92,7 @@ class MemorySampler:
     def request_done(self) -> None:
         self._done += 1
         if self._done >= self.warmup and (self._done - self.warmup) % self.every == 0:
-            self.samples.append((self._done, rss_bytes(self.pid)))
+            self.samples.append((self._done, sum(rss_bytes(pid) for pid in process_tree(self.pid))))
             if self.traced:
                 os.kill(self.pid, signal.SIGUSR1)
 
@@ -185,7 +188,7 @@ async def soak(args: argparse.Namespace) -> int:
     proxy = subprocess.Popen([sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--deployment", str(deployment),
                               "--host", "127.0.0.1", "--log-level", "error", "--health-interval", "0.5",
                               "--read-timeout", "10", "--total-timeout", "30",
-                              "--event-loop", args.proxy_event_loop],
+                              "--event-loop", args.proxy_event_loop, "--workers", str(args.workers)],
                              stderr=subprocess.DEVNULL, env=environ)
     url = f"http://127.0.0.1:{port}"
     outcomes: Counter = Counter()
@@ -213,20 +216,32 @@ async def soak(args: argparse.Namespace) -> int:
                 if engine._runner is None:
                     await engine.start()
             await asyncio.sleep(1.0)  # let handoffs of walked-away clients finish
-            async with session.get(url + "/health") as answer:
-                health = await answer.json()
+            async with session.get(url + "/metrics") as answer:  # every worker's, merged
+                held = held_load(await answer.text())
     finally:
         proxy.terminate()
         proxy.wait(10)
         for engine in engines:
             await engine.stop()
-    return report(args, outcomes, kills, memory, health, engines, elapsed)
+    return report(args, outcomes, kills, memory, held, engines, elapsed)
 
 
-def report(args, outcomes, kills, memory, health, engines, elapsed) -> int:
+def held_load(exposition: str) -> dict[str, float]:
+    """Load the proxy still holds, from its /metrics: per backend tokens and requests, and requests in flight."""
+    held = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name in ("ascend_pd_proxy_backend_load_tokens", "ascend_pd_proxy_backend_inflight",
+                           "ascend_pd_proxy_inflight"):
+            for sample in family.samples:
+                if sample.value:
+                    held[f"{sample.name}{{{sample.labels.get('backend', '')}}}"] = sample.value
+    return held
+
+
+def report(args, outcomes, kills, memory, held, engines, elapsed) -> int:
     answered = sum(outcomes[k] for k in ("ok", "error-reported", "corrupted", "lost"))
     print(f"{args.requests} requests in {elapsed:.1f} s ({args.requests / elapsed:.0f} req/s), {args.mode} flow, "
-          f"{args.prefills} P + {args.decodes} D, concurrency {args.concurrency}")
+          f"{args.prefills} P + {args.decodes} D, concurrency {args.concurrency}, {args.workers} proxy worker(s)")
     print(f"backend kills: {dict(kills)}; injected engine failure rate {args.fail_rate:.0%}")
     print(f"outcomes: ok {outcomes['ok']}, clean errors {outcomes['error-reported']}, "
           f"client disconnects {outcomes['client-disconnected']}, LOST {outcomes['lost']}, "
@@ -234,14 +249,12 @@ def report(args, outcomes, kills, memory, health, engines, elapsed) -> int:
     print("error statuses:", {k: v for k, v in sorted(outcomes.items()) if k.startswith("http-")})
     if outcomes["lost"]:
         print("lost answers by client exception:", {k: v for k, v in sorted(outcomes.items()) if k.startswith("lost-")})
-    leftover = [(b["name"], b["load_tokens"], b["inflight"]) for b in health["backends"]
-                if b["load_tokens"] or b["inflight"]]
-    print(f"load still held by the proxy after the run: {leftover or 'none'}; in flight {health['inflight']}")
+    print(f"load still held by the proxy after the run: {held or 'none'}")
     print(f"stale KV reads at D (replayed handoffs): {sum(e.stale_reads for e in engines)}; "
           f"KV reads failed because P restarted after its prefill: {sum(e.lost_kv_reads for e in engines)}; "
           f"decode recomputes: {sum(e.recomputes for e in engines)}")
     report_memory(args, memory)
-    bad = outcomes["lost"] + outcomes["corrupted"] + len(leftover) + health["inflight"]
+    bad = outcomes["lost"] + outcomes["corrupted"] + len(held)
     print("RESULT:", "PASS" if bad == 0 else "FAIL")
     return 0 if bad == 0 else 1
 
@@ -301,6 +314,7 @@ def main() -> None:
     parser.add_argument("--tracemalloc", metavar="DIR", default=None,
                         help="trace the proxy's allocations and diff snapshots taken at the RSS samples")
     parser.add_argument("--proxy-event-loop", choices=["auto", "uvloop", "asyncio"], default="auto")
+    parser.add_argument("--workers", type=int, default=1, help="proxy worker processes (RSS is their sum)")
     args = parser.parse_args()
     # engines are killed in the middle of requests on purpose; aiohttp logs each handler it interrupts
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)

@@ -12,6 +12,7 @@ from ascend_pd.hardware import Cluster, Device, shipped_clusters
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import Option, Requirements
 from ascend_pd.planner.ports import HostPorts
+from ascend_pd.planner.proxy_sizing import proxy_workers
 from ascend_pd.planner.search import Choice
 
 DECODE_MIN_BATCHED_TOKENS = 256
@@ -91,4 +92,5 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
                        path=f"/models/{model.id}", served_name=model.id),
         connector=Connector(implementation="ascend-pd", mode=req.kv_mode, protocol=protocol),
         workload=workload, slo=slo, instances=instances,
-        proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy=PROXY_POLICY))
+        proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy=PROXY_POLICY,
+                    workers=proxy_workers(workload.rate, float(req.lengths.output_tokens.mean()), req.accepted)))

@@ -11,6 +11,7 @@ from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import Option
 from ascend_pd.planner.pareto import Point, frontier, pareto_points, write_csv, write_png
 from ascend_pd.planner.plan import PlanOutcome
+from ascend_pd.planner.proxy_sizing import proxy_cores
 from ascend_pd.planner.search import Choice
 
 
@@ -67,10 +68,19 @@ def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
         "prefill": best.get("prefill"), "decode": best.get("decode"), "colocated": best.get("colocated"),
         "comparison": comparison(outcome),
         "alternatives": [choice_json(c, r.units) for c in r.alternatives],
+        "proxy": _proxy_json(outcome),
         "search_seconds": outcome.search_seconds,
         "calibration": {"profile": cost.cal.name, "values": {k: v for k, v in cost.cal.as_dict().items()
                                                              if k != "name"}},
     }
+
+
+def _proxy_json(outcome: PlanOutcome) -> dict[str, Any]:
+    req, workload = outcome.requirements, outcome.deployment.workload
+    mean_output = float(req.lengths.output_tokens.mean())
+    return {"workers": outcome.deployment.proxy.workers,
+            "cores_at_rate": proxy_cores(workload.rate, mean_output, req.accepted),
+            "sse_events_per_s": workload.rate * mean_output / req.accepted}
 
 
 def _report_md(data: dict[str, Any], deployment_name: str) -> str:
@@ -93,7 +103,11 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
               f"SLO attainment {p['slo_attainment']:.1%}",
               f"- TTFT p50/p90/p99: {p['ttft_ms']['p50']:.0f} / {p['ttft_ms']['p90']:.0f} / "
               f"{p['ttft_ms']['p99']:.0f} ms; TPOT at the planned batch: {p['tpot_ms']:.1f} ms",
-              f"- output tokens/s per device: {p['output_tokens_per_s_per_device']:.1f}", "",
+              f"- output tokens/s per device: {p['output_tokens_per_s_per_device']:.1f}",
+              f"- proxy: {data['proxy']['cores_at_rate']:.1f} cores of CPU at this rate "
+              f"({data['proxy']['sse_events_per_s']:,.0f} streamed events/s), so {data['proxy']['workers']} worker "
+              "processes (`proxy.workers`); spread them over replicas (`proxy.extra_nodes`) where one node cannot "
+              "spare the cores", "",
               "## Disaggregated or colocated", ""]
     if cmp.get("advantage") is not None:
         other = "colocated" if cmp["chosen"] == "disaggregated" else "disaggregated"

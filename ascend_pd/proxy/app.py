@@ -100,7 +100,7 @@ class ProxyServer:
         # aiohttp for the control plane (health checks, /v1/models): a few calls a second, not worth a second client
         proxy.control = make_control_session(settings.timeouts)
         proxy.env = FlowEnv(make_client(settings.timeouts), proxy.pool, proxy.policies, proxy.metrics, settings,
-                            proxy.metaserver)
+                            proxy.metaserver, asyncio.get_running_loop())
         if settings.health_interval > 0:
             self._tasks.append(asyncio.create_task(check_forever(proxy.control, proxy.pool, settings.health_interval,
                                                                  settings.timeouts.health)))

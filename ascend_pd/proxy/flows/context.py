@@ -56,7 +56,12 @@ class FlowEnv:
     metrics: ProxyMetrics
     settings: ProxySettings
     metaserver: Metaserver
+    loop: asyncio.AbstractEventLoop  # kept: asyncio.get_running_loop() costs a getpid() system call on every use
     background: set[asyncio.Task] = field(default_factory=set)
+
+    def start(self, work: Coroutine) -> asyncio.Task:
+        """Run `work` concurrently with the caller (asyncio.ensure_future without looking the loop up)."""
+        return self.loop.create_task(work)
 
     def pick(self, role: Role, ctx: RequestContext) -> Backend:
         candidates = self.pool.candidates(role, ctx.tried.get(role, ()))
@@ -89,7 +94,7 @@ class FlowEnv:
 
     def spawn(self, work: Coroutine | asyncio.Future) -> asyncio.Future:
         """Run work that outlives the client request (a handoff finishing, a P call completing) to its end."""
-        task = asyncio.ensure_future(work)
+        task = self.loop.create_task(work) if asyncio.iscoroutine(work) else work
         self.background.add(task)
         task.add_done_callback(self._finished)
         return task

@@ -18,7 +18,7 @@ async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
     lease = decode.lease(ctx.route.tokens)
     to_decode = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": env.settings.metaserver_url}
     coordinates = env.metaserver.expect(ctx.request_id)
-    decoding = asyncio.ensure_future(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
+    decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming))
     try:
         await asyncio.wait({coordinates, decoding}, return_when=asyncio.FIRST_COMPLETED)
@@ -30,7 +30,7 @@ async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
         env.metaserver.forget(ctx.request_id)  # cancels `coordinates` if D never posted them
     if coordinates.cancelled():  # D ended before asking for KV: an error, or an answer that needed no P
         return await _decode_alone(ctx, env, decoding, decode, lease)
-    prefilling = asyncio.ensure_future(prefill_on_any(ctx, env, coordinates.result()))
+    prefilling = env.start(prefill_on_any(ctx, env, coordinates.result()))
     return await first_answer_of_decode(ctx, env, None, prefilling, decoding, decode, lease)
 
 

@@ -24,7 +24,7 @@ async def pull(ctx: RequestContext, env: FlowEnv) -> Opened:
     body = decode_body(ctx.body, params) if handoff else ctx.body
     decode = env.pick("decode", ctx)
     lease = decode.lease(ctx.route.tokens)
-    opening = asyncio.ensure_future(open_answer(env.client, decode, ctx.path, body, ctx.headers, ctx.streaming,
+    opening = env.start(open_answer(env.client, decode, ctx.path, body, ctx.headers, ctx.streaming,
                                                      handoff=handoff))
     try:
         response, first = await asyncio.shield(opening)

@@ -3,7 +3,6 @@ channel from the deployment and P writes each layer's KV into D's blocks as soon
 
 from __future__ import annotations
 
-import asyncio
 
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.flows.concurrent import first_answer_of_decode
@@ -27,7 +26,7 @@ async def push(ctx: RequestContext, env: FlowEnv) -> Opened:
                  "remote_host": kv.host, "remote_port": kv.port, "remote_tp_size": kv.tp_size,
                  "remote_dp_rank": kv.dp_rank}
     lease = decode.lease(ctx.route.tokens)
-    prefilling = asyncio.ensure_future(call_prefill(ctx, env, prefill, to_prefill))
-    decoding = asyncio.ensure_future(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
+    prefilling = env.start(call_prefill(ctx, env, prefill, to_prefill))
+    decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming, handoff=True))
     return await first_answer_of_decode(ctx, env, prefill, prefilling, decoding, decode, lease)

@@ -65,6 +65,7 @@ class Response:
 
     def __init__(self, connection: "_Connection", timeouts: Timeouts):
         self._connection = connection
+        self._loop = connection.loop
         self._read_timeout = timeouts.read
         self._deadline = time.monotonic() + timeouts.total
         self.status = 0
@@ -113,7 +114,7 @@ class Response:
         """From now on hand each body chunk to `sink` as it arrives, inside the connection's callback: no task
         switch, future or timer per chunk, which is most of what relaying a token costs. The future ends with the
         body (or fails as read_any() would); silence and the total time stay bounded by one watchdog timer."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._sink = sink
         self._piped = loop.create_future()
         if self._chunks:
@@ -138,7 +139,7 @@ class Response:
             self._connection.resume_reading()
 
     def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         now = loop.time()
         if now - self._last_byte >= self._read_timeout:
             self._fail(ReadTimeout(f"timed out: {self._read_timeout:g} s without a byte"))
@@ -173,7 +174,7 @@ class Response:
     async def _wait(self) -> None:
         if self._error is not None:
             raise self._error
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiter = loop.create_future()
         timeout = min(self._read_timeout, self._deadline - time.monotonic())
         timer = loop.call_later(max(timeout, 0.0), self._timed_out, self._waiter, timeout < self._read_timeout)
@@ -194,7 +195,7 @@ class Response:
 
     def _feed(self, data: bytes) -> None:
         if self._sink is not None:
-            self._last_byte = self._piped.get_loop().time()
+            self._last_byte = self._loop.time()
             self._sink(data)
             return
         self._chunks.append(data)
@@ -230,8 +231,9 @@ class Response:
 class _Connection(asyncio.Protocol):
     """One keep-alive TCP connection to a backend, carrying one call at a time."""
 
-    def __init__(self, pool: "HttpClient", key: tuple[str, int]):
+    def __init__(self, pool: "HttpClient", key: tuple[str, int], loop: asyncio.AbstractEventLoop):
         self._pool = pool
+        self.loop = loop
         self.key = key
         self.transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
@@ -274,9 +276,9 @@ class _Connection(asyncio.Protocol):
             self._response._end()
 
     # used by HttpClient and Response
-    def send(self, response: Response, head: bytes, body: bytes, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+    def send(self, response: Response, head: bytes, body: bytes) -> asyncio.Future:
         self._response = response
-        self._head = loop.create_future()
+        self._head = self.loop.create_future()
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)
@@ -335,8 +337,8 @@ class HttpClient:
             head.append(f"{name}: {value}\r\n")
         head.append("\r\n")
         try:
-            started = connection.send(response, "".join(head).encode("latin-1"), body, asyncio.get_running_loop())
-            await _bounded(started, min(timeouts.read, timeouts.total), "no answer")
+            started = connection.send(response, "".join(head).encode("latin-1"), body)
+            await _bounded(connection.loop, started, min(timeouts.read, timeouts.total), "no answer")
         except BaseException:
             response.close()
             raise
@@ -368,7 +370,8 @@ class HttpClient:
         loop = asyncio.get_running_loop()
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self, key), target.host, target.port), connect_timeout)
+                loop.create_connection(lambda: _Connection(self, key, loop), target.host, target.port),
+                connect_timeout)
         except asyncio.TimeoutError:
             raise ReadTimeout(f"timed out: no connection to {target.host}:{target.port} within "
                               f"{connect_timeout:g} s") from None
@@ -377,9 +380,7 @@ class HttpClient:
         return connection
 
 
-async def _bounded(future: asyncio.Future, seconds: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-
+async def _bounded(loop: asyncio.AbstractEventLoop, future: asyncio.Future, seconds: float, what: str) -> None:
     def expire() -> None:
         if not future.done():
             future.set_exception(ReadTimeout(f"timed out: {what} within {seconds:g} s"))

@@ -110,8 +110,9 @@ class Stream:
 
 
 class _ServerConnection(asyncio.Protocol):
-    def __init__(self, server: "HttpServer"):
+    def __init__(self, server: "HttpServer", loop: asyncio.AbstractEventLoop):
         self._server = server
+        self._loop = loop  # kept: asyncio.get_running_loop() costs a getpid() system call on every use
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self._url = b""
@@ -201,7 +202,7 @@ class _ServerConnection(asyncio.Protocol):
                           b"".join(self._body), self._parser.should_keep_alive(), self, self._refused)
         self._queue.append(request)
         if self._task is None:
-            self._task = asyncio.ensure_future(self._serve_queue())
+            self._task = self._loop.create_task(self._serve_queue())
 
     # writing, used by Stream and answers
     def write(self, data: bytes) -> None:
@@ -212,7 +213,7 @@ class _ServerConnection(asyncio.Protocol):
         if self.closed:
             raise ClientGone()
         if self.paused:
-            self._drained = asyncio.get_running_loop().create_future()
+            self._drained = self._loop.create_future()
             try:
                 await self._drained
             finally:
@@ -267,8 +268,7 @@ class _ServerConnection(asyncio.Protocol):
 
     def _arm_idle_timer(self) -> None:
         if not self.closed:
-            loop = asyncio.get_running_loop()
-            self._idle_timer = loop.call_later(KEEP_ALIVE_SECONDS, self._idle_close)
+            self._idle_timer = self._loop.call_later(KEEP_ALIVE_SECONDS, self._idle_close)
 
     def _idle_close(self) -> None:
         if self._task is None and not self.closed:
@@ -288,7 +288,7 @@ class HttpServer:
     async def start(self, host: str, port: int, reuse_port: bool = False) -> tuple[str, int]:
         """Listen; returns the bound (host, port). `reuse_port` lets sibling worker processes share the port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerConnection(self), host, port, reuse_address=True,
+        self._server = await loop.create_server(lambda: _ServerConnection(self, loop), host, port, reuse_address=True,
                                                 reuse_port=reuse_port or None, backlog=4096)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
@@ -296,7 +296,7 @@ class HttpServer:
     async def start_on(self, sock: socket.socket) -> None:
         """Listen on a socket made (and bound) elsewhere: a worker's private port, made before the fork."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerConnection(self), sock=sock)
+        self._server = await loop.create_server(lambda: _ServerConnection(self, loop), sock=sock)
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop accepting; give requests in flight `grace` seconds, then close every connection."""
