@@ -30,6 +30,16 @@ class IdSource:
 _IDS = IdSource()
 
 
+def _fresh_ids_after_fork() -> None:
+    """A forked proxy worker starts from a prefix of its own: with its parent's, two workers would mint the same
+    ids, and a metaserver post or a push transfer would reach the other worker's request."""
+    global _IDS
+    _IDS = IdSource()
+
+
+os.register_at_fork(after_in_child=_fresh_ids_after_fork)
+
+
 def new_request_id() -> str:
     return _IDS.request_id()
 

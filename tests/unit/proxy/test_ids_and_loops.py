@@ -1,6 +1,7 @@
 """Request and transfer ids minted without uuid4, and the event loop choice (uvloop when importable)."""
 
 import asyncio
+import os
 import subprocess
 import sys
 
@@ -51,6 +52,27 @@ def test_proxy_processes_started_alike_mint_disjoint_ids():
     assert len(prefixes) == 3, f"processes drew the same prefix: {prefixes}"
     minted = [set(request_ids) | {f"pd-{t}" for t in transfer_ids} for request_ids, transfer_ids in runs]
     assert sum(map(len, minted)) == len(set().union(*minted))
+
+
+def test_forked_workers_mint_ids_their_parent_and_siblings_never_do():
+    # `ascend-pd proxy --workers N` forks after the import: the workers must not inherit the parent's prefix
+    def child_ids() -> set[str]:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            os.write(write, " ".join(new_request_id() for _ in range(50)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            minted = set(pipe.read().split())
+        os.waitpid(pid, 0)
+        return minted
+
+    first, second = child_ids(), child_ids()
+    here = {new_request_id() for _ in range(50)}
+    assert len(first) == len(second) == 50
+    assert not first & second and not first & here and not second & here
 
 
 def test_an_id_source_counts_after_its_prefix():
