@@ -14,6 +14,9 @@ To keep the figure about the proxy and not about CPU queueing between the three 
 Other processes on the machine share every core either way: the load average is printed with every table.
 The proxy's own event loop is `--proxy-event-loop` (auto: uvloop when installed), to compare the two loops.
 
+Every table has a row per proxy worker count (`--workers`, default 1 and the cores available), the proxies all
+running from the start; the proxy's CPU is its supervisor's and every worker's.
+
     python tools/bench_proxy.py          # one at a time, 64 concurrent streams, then the maximum rate
     python tools/bench_proxy.py --concurrency 16 --requests 500 --tokens 32
     python tools/bench_proxy.py --proxy-event-loop asyncio     # the same, with the proxy on asyncio's loop
