@@ -18,6 +18,8 @@ import httptools
 log = logging.getLogger("ascend_pd.proxy.server")
 
 KEEP_ALIVE_SECONDS = 75.0  # an idle client connection is closed after this (aiohttp's and nginx's default)
+# a client that accepts no byte of its answer for this long is cut off, so it cannot hold a backend stream forever
+WRITE_STALL_SECONDS = 120.0
 
 
 class ClientGone(Exception):
@@ -172,9 +174,7 @@ class _ServerConnection(asyncio.Protocol):
         self._body = []
         self._body_size = 0
         self._refused = None
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._arm_idle_timer()  # a request gets one keep-alive period to arrive whole
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -200,6 +200,9 @@ class _ServerConnection(asyncio.Protocol):
         path = self._url.split(b"?", 1)[0].decode("latin-1")
         request = Request(self._parser.get_method().decode("latin-1"), path, self._headers,
                           b"".join(self._body), self._parser.should_keep_alive(), self, self._refused)
+        if self._idle_timer is not None:  # armed until a whole request is in: a half-sent one does not hold on
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self._queue.append(request)
         if self._task is None:
             self._task = self._loop.create_task(self._serve_queue())
@@ -214,9 +217,11 @@ class _ServerConnection(asyncio.Protocol):
             raise ClientGone()
         if self.paused:
             self._drained = self._loop.create_future()
+            stalled = self._loop.call_later(self._server.write_stall, self._stalled)
             try:
                 await self._drained
             finally:
+                stalled.cancel()
                 self._drained = None
 
     # serving
@@ -267,8 +272,14 @@ class _ServerConnection(asyncio.Protocol):
         self.transport.close()
 
     def _arm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         if not self.closed:
-            self._idle_timer = self._loop.call_later(KEEP_ALIVE_SECONDS, self._idle_close)
+            self._idle_timer = self._loop.call_later(self._server.keep_alive, self._idle_close)
+
+    def _stalled(self) -> None:
+        log.warning("a client read nothing of its answer for %.0f s; closing its connection", self._server.write_stall)
+        self.transport.abort()  # connection_lost follows: the waiting write raises ClientGone, the handler stops
 
     def _idle_close(self) -> None:
         if self._task is None and not self.closed:
@@ -278,9 +289,12 @@ class _ServerConnection(asyncio.Protocol):
 class HttpServer:
     """Serves `handler` on a listening socket until close()."""
 
-    def __init__(self, handler: Handler, max_body: int):
+    def __init__(self, handler: Handler, max_body: int, keep_alive: float = KEEP_ALIVE_SECONDS,
+                 write_stall: float = WRITE_STALL_SECONDS):
         self.handler = handler
         self.max_body = max_body
+        self.keep_alive = keep_alive
+        self.write_stall = write_stall
         self.connections: set[_ServerConnection] = set()
         self.closing = False
         self._server: asyncio.AbstractServer | None = None
