@@ -54,6 +54,8 @@ async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics) -
         broken = f"the backend stream broke: {type(exc).__name__} {exc}".strip()
     else:
         broken = None if DONE_MARK in tail else "the backend ended the stream before [DONE]"
+    finally:
+        stream.on_pressure(None)  # the backend connection may go back to the pool: the client no longer steers it
     if stream.ended:
         return
     if broken:
