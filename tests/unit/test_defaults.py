@@ -25,8 +25,8 @@ def test_each_default_carries_a_comment_naming_its_source():
     for line in (ROOT / "ascend_pd/defaults.py").read_text().splitlines():
         if line and line[0].isupper() and " = " in line:
             comment = line.partition("  # ")[2]
-            assert any(source in comment for source in ("vLLM", "vllm-ascend", "arXiv", "planner choice",
-                                                              "measured, bench_")), line
+            sources = ("vLLM", "vllm-ascend", "arXiv", "planner choice", "measured, bench_")
+            assert any(source in comment for source in sources), line
 
 
 def test_deployment_schema_defaults_are_the_constants():
