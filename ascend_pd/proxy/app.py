@@ -104,7 +104,8 @@ class ProxyServer:
         if settings.health_interval > 0:
             self._tasks.append(asyncio.create_task(check_forever(proxy.control, proxy.pool, settings.health_interval,
                                                                  settings.timeouts.health)))
-        if settings.engine_load_interval > 0:
+        if settings.engine_load_interval > 0 and (self.siblings is None or self.siblings.worker == 0):
+            # with workers, the first polls for all (the readings are shared): the engines see one proxy's scrapes
             self._tasks.append(asyncio.create_task(poll_engine_load_forever(
                 proxy.control, proxy.pool, settings.engine_load_interval, settings.timeouts.health)))
         if self.private is not None:

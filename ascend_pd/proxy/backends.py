@@ -56,7 +56,7 @@ class Backend:
         self.load_tokens = 0
         self.inflight = 0
         self.draining = False
-        self.engine: EngineReading | None = None
+        self._engine: EngineReading | None = None
         self.prompt_mean = prompt_mean if prompt_mean is not None else PromptMean()  # shared by a role in a pool
         self._shared = shared
         self._slot = shared.slot(endpoint.url) if shared is not None else 0
@@ -86,9 +86,26 @@ class Backend:
             self._shared.add(self._slot, tokens, requests)
 
     def read_engine(self, requests: int, kv_usage: float, fresh_for: float, now: float | None = None) -> None:
-        """Record the engine's load as its /metrics says now; it counts in routing for `fresh_for` seconds."""
+        """Record the engine's load as its /metrics says now; it counts in routing for `fresh_for` seconds. With
+        worker processes, one worker polls and the reading goes to the shared table for all of them."""
         now = time.monotonic() if now is None else now
-        self.engine = EngineReading(requests, kv_usage, self.own_requests(), now, now + fresh_for)
+        reading = EngineReading(requests, kv_usage, self.own_requests(), now, now + fresh_for)
+        if self._shared is None:
+            self._engine = reading
+        else:
+            self._shared.write_reading(self._slot, (reading.requests, reading.kv_usage, reading.own_requests,
+                                                    reading.read_at, reading.fresh_until))
+
+    @property
+    def engine(self) -> EngineReading | None:
+        """The last reading of the engine's load, this worker's own or the one the polling worker shared."""
+        if self._shared is None:
+            return self._engine
+        shared = self._shared.reading(self._slot)
+        if shared is None:
+            return None
+        requests, kv_usage, own_requests, read_at, fresh_until = shared
+        return EngineReading(int(requests), kv_usage, int(own_requests), read_at, fresh_until)
 
     def foreign_requests(self, now: float | None = None) -> int:
         """Requests the engine held at its last fresh reading beyond this proxy's own at that moment."""

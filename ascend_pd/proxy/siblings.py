@@ -12,6 +12,7 @@ import hashlib
 import mmap
 import multiprocessing
 import socket
+import struct
 from dataclasses import dataclass
 
 import aiohttp
@@ -19,6 +20,8 @@ import aiohttp
 SIBLING_HEADER = "X-Ascend-PD-Sibling"  # marks a call between workers, which is never passed on again
 SLOTS = 4096  # backends one proxy can know over its life; a slot is never freed, since URLs come back after restarts
 _COUNTERS = 2  # per worker and slot: prompt tokens and requests in flight
+# per slot: the engine's requests, its KV usage, the proxy's own requests then, read at, fresh until
+_READING_LAYOUT = struct.Struct("5d")
 
 
 class SharedLoad:
@@ -28,10 +31,13 @@ class SharedLoad:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self._memory = mmap.mmap(-1, 8 * (SLOTS + workers * SLOTS * _COUNTERS))  # MAP_SHARED: seen across fork
-        cells = memoryview(self._memory).cast("q")
+        integers = SLOTS + workers * SLOTS * _COUNTERS
+        self._memory = mmap.mmap(-1, 8 * integers + SLOTS * _READING_LAYOUT.size)  # MAP_SHARED: seen across fork
+        cells = memoryview(self._memory)[:8 * integers].cast("q")
         self._keys = cells[:SLOTS]
         self._counts = cells[SLOTS:]
+        # engine readings: one worker polls the engines' /metrics and writes here, every worker routes on them
+        self._readings_at = 8 * integers
         self._lock = multiprocessing.Lock()
         self._slots: dict[str, int] = {}
         self.worker = 0
@@ -63,6 +69,15 @@ class SharedLoad:
             tokens += self._counts[base]
             requests += self._counts[base + 1]
         return tokens, requests
+
+    def write_reading(self, slot: int, reading: tuple[float, float, float, float, float]) -> None:
+        """(engine requests, KV usage, own requests then, read at, fresh until), times on the host's monotonic
+        clock. A reader between two writes may mix two consecutive readings, which routing tolerates."""
+        _READING_LAYOUT.pack_into(self._memory, self._readings_at + slot * _READING_LAYOUT.size, *reading)
+
+    def reading(self, slot: int) -> tuple[float, float, float, float, float] | None:
+        values = _READING_LAYOUT.unpack_from(self._memory, self._readings_at + slot * _READING_LAYOUT.size)
+        return values if values[3] else None  # never read: read-at is still zero
 
     def forget_worker(self, worker: int) -> None:
         """A worker that died holds no load any more: its row goes back to zero before it is restarted."""

@@ -92,3 +92,26 @@ def test_worker_metrics_merge_into_one_proxys():
     # one worker still routes to the backend: the host does
     up = [line for line in merged.splitlines() if line.startswith("ascend_pd_proxy_backend_up{")]
     assert len(up) == 1 and up[0].endswith(" 1.0")
+
+
+def test_one_workers_reading_of_an_engine_is_every_workers():
+    load = SharedLoad(workers=2)
+    endpoint = Endpoint("http://10.0.0.9:8200", "decode", "d")
+
+    def polling_worker():
+        load.worker = 0
+        pool = BackendPool(lambda: CircuitBreaker(3, 10), load)
+        pool.add(endpoint).read_engine(requests=7, kv_usage=0.5, fresh_for=60)
+
+    in_child(polling_worker)
+    load.worker = 1
+    backend = BackendPool(lambda: CircuitBreaker(3, 10), load).add(endpoint)
+    assert backend.engine is not None and backend.engine.requests == 7 and backend.engine.kv_usage == 0.5
+    assert backend.foreign_requests() == 7  # no worker had a request on it when it was read
+    assert backend.foreign_requests(now=backend.engine.fresh_until + 1) == 0  # stale
+
+
+def test_a_backend_never_read_has_no_shared_reading():
+    backend = BackendPool(lambda: CircuitBreaker(3, 10), SharedLoad(workers=2)).add(
+        Endpoint("http://10.0.0.3:8200", "decode", "d"))
+    assert backend.engine is None and backend.foreign_requests() == 0
