@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import logging
 import os
@@ -22,6 +23,7 @@ from ascend_pd.proxy.event_loop import EventLoopChoice, new_event_loop
 from ascend_pd.proxy.memory_trace import install_from_environment
 from ascend_pd.proxy.siblings import Siblings, make_siblings
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MAX_RESTARTS = 10  # workers that die this often within the window: something is wrong, stop rather than spin
 RESTART_WINDOW_SECONDS = 60
 
@@ -99,6 +101,16 @@ def _run_worker(loop: asyncio.AbstractEventLoop, proxy: Proxy, host: str, port: 
         loop.close()
 
 
+def _die_with(supervisor: int) -> None:
+    """Have the kernel send this worker SIGTERM when the supervisor dies, even by SIGKILL: orphaned workers would
+    go on serving the port with a stale view of the backends."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("cannot ask for SIGTERM on the supervisor's death (errno %d)", ctypes.get_errno())
+    if os.getppid() != supervisor:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _supervise(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: int, event_loop: EventLoopChoice,
                workers: int) -> bool:
     """Fork the workers and keep them running: one that dies is started again (its share of the load table is
@@ -107,6 +119,8 @@ def _supervise(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: 
     children: dict[int, int] = {}  # pid -> worker index
     stopping = False
 
+    supervisor = os.getpid()
+
     def start(worker: int) -> None:
         pid = os.fork()
         if pid == 0:
@@ -114,6 +128,7 @@ def _supervise(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: 
             try:
                 for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
                     signal.signal(signum, signal.SIG_DFL)
+                _die_with(supervisor)
                 load.worker = worker
                 loop, _ = new_event_loop(event_loop)
                 siblings = Siblings(worker, private_sockets, load)

@@ -142,3 +142,23 @@ async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving():
         assert len(now) == 2 and victim not in now
         answers = await asyncio.gather(*(proxy.complete(f"after the kill {i}") for i in range(20)))
         assert all(b"[DONE]" in answer for answer in answers)
+
+
+@pytest.mark.asyncio
+async def test_workers_stop_when_their_supervisor_is_killed():
+    """`kill -9` of the proxy must not leave workers serving the port with a stale view of the backends."""
+    proxy = Workers(await engines())
+    await proxy.__aenter__()
+    try:
+        workers = children(proxy.process.pid)
+        assert len(workers) == 2
+        proxy.process.kill()
+        await proxy.process.wait()
+        for _ in range(100):
+            if not any(Path(f"/proc/{pid}").exists() for pid in workers):
+                break
+            await asyncio.sleep(0.05)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    finally:
+        for engine in proxy.engines:
+            await engine.stop()
