@@ -55,18 +55,16 @@ def test_a_url_gets_the_same_slot_in_every_worker_whatever_order_they_meet_backe
     assert all(load.totals(slot) == (1, 1) for slot in slots)  # the child's counts landed where the parent looks
 
 
+def worker_backend(load: SharedLoad, worker: int, url: str = "http://10.0.0.9:8200"):
+    """The backend at `url` as worker `worker` of a proxy sharing `load` sees it."""
+    load.worker = worker
+    return BackendPool(lambda: CircuitBreaker(3, 10), load).add(Endpoint(url, "decode", "d"))
+
+
 def test_backends_in_a_pool_with_shared_load_route_on_the_whole_hosts_load():
     load = SharedLoad(workers=2)
-    endpoint = Endpoint("http://10.0.0.9:8200", "decode", "d")
-
-    def worker_one():
-        load.worker = 1
-        pool = BackendPool(lambda: CircuitBreaker(3, 10), load)
-        pool.add(endpoint).lease(500)  # held while this worker lives
-
-    in_child(worker_one)
-    pool = BackendPool(lambda: CircuitBreaker(3, 10), load)
-    backend = pool.add(endpoint)
+    in_child(lambda: worker_backend(load, 1).lease(500))  # held while that worker lives
+    backend = worker_backend(load, 0)
     lease = backend.lease(20)
     assert (backend.own_tokens(), backend.own_requests()) == (520, 2)
     assert (backend.load_tokens, backend.inflight) == (20, 1)  # this process's part, as /health reports it
@@ -96,22 +94,13 @@ def test_worker_metrics_merge_into_one_proxys():
 
 def test_one_workers_reading_of_an_engine_is_every_workers():
     load = SharedLoad(workers=2)
-    endpoint = Endpoint("http://10.0.0.9:8200", "decode", "d")
-
-    def polling_worker():
-        load.worker = 0
-        pool = BackendPool(lambda: CircuitBreaker(3, 10), load)
-        pool.add(endpoint).read_engine(requests=7, kv_usage=0.5, fresh_for=60)
-
-    in_child(polling_worker)
-    load.worker = 1
-    backend = BackendPool(lambda: CircuitBreaker(3, 10), load).add(endpoint)
+    in_child(lambda: worker_backend(load, 0).read_engine(requests=7, kv_usage=0.5, fresh_for=60))
+    backend = worker_backend(load, 1)
     assert backend.engine is not None and backend.engine.requests == 7 and backend.engine.kv_usage == 0.5
     assert backend.foreign_requests() == 7  # no worker had a request on it when it was read
     assert backend.foreign_requests(now=backend.engine.fresh_until + 1) == 0  # stale
 
 
 def test_a_backend_never_read_has_no_shared_reading():
-    backend = BackendPool(lambda: CircuitBreaker(3, 10), SharedLoad(workers=2)).add(
-        Endpoint("http://10.0.0.3:8200", "decode", "d"))
+    backend = worker_backend(SharedLoad(workers=2), 0, "http://10.0.0.3:8200")
     assert backend.engine is None and backend.foreign_requests() == 0
