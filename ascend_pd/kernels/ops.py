@@ -23,6 +23,21 @@ def _host_path(tensor: torch.Tensor):
     return cpu if tensor.device.type == "cpu" else reference
 
 
+def _check_out(out: torch.Tensor | None, shape: tuple[int, ...], like: torch.Tensor) -> None:
+    if out is None:
+        return
+    if (tuple(out.shape) != shape or out.dtype != like.dtype or out.device != like.device
+            or not out.is_contiguous()):
+        fail("out", f"{tuple(out.shape)} {out.dtype} on {out.device} is not a contiguous {shape} {like.dtype} tensor "
+                    f"on {like.device}",
+             "pass a contiguous tensor of the result's shape, the cache's dtype and device, or no out")
+
+
+def _into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+    # where an op has no form that writes into out (the AscendC ops but gather_heads, the reference), one more copy
+    return result if out is None else out.copy_(result)
+
+
 def gather_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, head_count: int,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """Pack heads [head_start, head_start + head_count) of the listed blocks: [n, block_size, head_count, head_dim].
@@ -32,18 +47,15 @@ def gather_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, head
     check_cache(cache, "cache", 4, NHD)
     check_head_range(cache.shape[2], head_start, head_count)
     ids = block_index(block_ids, cache.shape[0], cache.device, unique=False)
-    if out is not None:
-        shape = (ids.numel(), cache.shape[1], head_count, cache.shape[3])
-        if tuple(out.shape) != shape or out.dtype != cache.dtype or not out.is_contiguous():
-            fail("out", f"{tuple(out.shape)} {out.dtype} is not a contiguous {shape} {cache.dtype} tensor",
-                 "pass a contiguous tensor of the packed shape and the cache's dtype, or no out")
+    _check_out(out, (ids.numel(), cache.shape[1], head_count, cache.shape[3]), cache)
     if use_ascendc(cache):
         if out is None:
             return torch.ops.ascend_pd.gather_heads(cache, _npu_ids(ids), head_start, head_count)
         torch.ops.ascend_pd.gather_heads_into(cache, _npu_ids(ids), head_start, head_count, out)
         return out
-    packed = _host_path(cache).gather_heads(cache, ids, head_start, head_count)
-    return packed if out is None else out.copy_(packed)
+    if cache.device.type == "cpu":
+        return cpu.gather_heads(cache, ids, head_start, head_count, out)
+    return _into(out, reference.gather_heads(cache, ids, head_start, head_count))
 
 
 def scatter_heads(cache: torch.Tensor, block_ids: BlockIds, head_start: int, packed: torch.Tensor) -> None:
@@ -89,32 +101,46 @@ def mla_split(fused: torch.Tensor, block_ids: BlockIds, rope_dim: int = 64) -> t
     return _host_path(fused).mla_split(fused, ids, rope_dim)
 
 
-def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, block_ids: BlockIds) -> torch.Tensor:
-    """vllm-ascend nope [nb, bs, 1, lora] and rope [nb, bs, 1, rope] -> upstream fused [n, bs, lora + rope]."""
+def mla_fuse(nope: torch.Tensor, rope: torch.Tensor, block_ids: BlockIds,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """vllm-ascend nope [nb, bs, 1, lora] and rope [nb, bs, 1, rope] -> upstream fused [n, bs, lora + rope].
+
+    With `out` the fused blocks are written there (on the host, with no buffer in between)."""
     check_cache(nope, "nope", 4, "[num_blocks, block_size, 1, kv_lora_rank]")
     check_cache(rope, "rope", 4, "[num_blocks, block_size, 1, rope_dim]")
     if nope.shape[:3] != rope.shape[:3] or nope.shape[2] != 1 or nope.dtype != rope.dtype:
         fail("rope", f"rope {tuple(rope.shape)} {rope.dtype} does not pair with nope {tuple(nope.shape)} {nope.dtype}",
              "pass one layer's nope and rope caches, both [num_blocks, block_size, 1, dim] of one dtype")
     ids = block_index(block_ids, nope.shape[0], nope.device, unique=False)
+    _check_out(out, (ids.numel(), nope.shape[1], nope.shape[3] + rope.shape[3]), nope)
     if use_ascendc(nope):
-        return torch.ops.ascend_pd.mla_fuse(nope, rope, _npu_ids(ids))
-    return _host_path(nope).mla_fuse(nope, rope, ids)
+        return _into(out, torch.ops.ascend_pd.mla_fuse(nope, rope, _npu_ids(ids)))
+    if nope.device.type == "cpu":
+        return cpu.mla_fuse(nope, rope, ids, out)
+    return _into(out, reference.mla_fuse(nope, rope, ids))
 
 
-def nd_to_nz(cache: torch.Tensor, block_ids: BlockIds) -> torch.Tensor:
-    """NHD blocks -> FRACTAL_NZ [n, heads*head_dim/c0, block_size, c0] (c0 = 16 for 16-bit types, 32 for int8)."""
+def nd_to_nz(cache: torch.Tensor, block_ids: BlockIds, out: torch.Tensor | None = None) -> torch.Tensor:
+    """NHD blocks -> FRACTAL_NZ [n, heads*head_dim/c0, block_size, c0] (c0 = 16 for 16-bit types, 32 for int8).
+
+    With `out` the NZ blocks are written there (on the host, with no buffer in between)."""
     check_cache(cache, "cache", 4, NHD)
     _, block_size, heads, head_dim = cache.shape
     c0 = check_nz_shape(heads * head_dim, block_size, cache.dtype, "cache")
     ids = block_index(block_ids, cache.shape[0], cache.device, unique=False)
+    _check_out(out, (ids.numel(), heads * head_dim // c0, block_size, c0), cache)
     if use_ascendc(cache):
-        return torch.ops.ascend_pd.nd_to_nz(cache, _npu_ids(ids))
-    return _host_path(cache).nd_to_nz(cache, ids, c0)
+        return _into(out, torch.ops.ascend_pd.nd_to_nz(cache, _npu_ids(ids)))
+    if cache.device.type == "cpu":
+        return cpu.nd_to_nz(cache, ids, c0, out)
+    return _into(out, reference.nd_to_nz(cache, ids, c0))
 
 
-def nz_to_nd(nz_cache: torch.Tensor, block_ids: BlockIds, head_dim: int) -> torch.Tensor:
-    """FRACTAL_NZ blocks [nb, F, block_size, c0] -> NHD [n, block_size, F*c0/head_dim, head_dim]."""
+def nz_to_nd(nz_cache: torch.Tensor, block_ids: BlockIds, head_dim: int,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """FRACTAL_NZ blocks [nb, F, block_size, c0] -> NHD [n, block_size, F*c0/head_dim, head_dim].
+
+    With `out` the NHD blocks are written there (on the host, with no buffer in between)."""
     check_cache(nz_cache, "nz_cache", 4, NZ)
     _, fractals, block_size, c0 = nz_cache.shape
     expected_c0 = check_nz_shape(fractals * c0, block_size, nz_cache.dtype, "nz_cache")
@@ -125,6 +151,9 @@ def nz_to_nd(nz_cache: torch.Tensor, block_ids: BlockIds, head_dim: int) -> torc
         fail("head_dim", f"head_dim {head_dim} does not divide heads*head_dim = {fractals * c0}",
              "pass the head_dim the cache was written with")
     ids = block_index(block_ids, nz_cache.shape[0], nz_cache.device, unique=False)
+    _check_out(out, (ids.numel(), block_size, fractals * c0 // head_dim, head_dim), nz_cache)
     if use_ascendc(nz_cache):
-        return torch.ops.ascend_pd.nz_to_nd(nz_cache, _npu_ids(ids), head_dim)
-    return _host_path(nz_cache).nz_to_nd(nz_cache, ids, head_dim)
+        return _into(out, torch.ops.ascend_pd.nz_to_nd(nz_cache, _npu_ids(ids), head_dim))
+    if nz_cache.device.type == "cpu":
+        return cpu.nz_to_nd(nz_cache, ids, head_dim, out)
+    return _into(out, reference.nz_to_nd(nz_cache, ids, head_dim))

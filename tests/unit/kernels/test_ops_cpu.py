@@ -146,3 +146,49 @@ def test_bad_arguments_name_the_field_and_the_fix(call, field):
     with pytest.raises(InputError) as caught:
         call(cache)
     assert caught.value.field == field and caught.value.fix
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_ops_that_spread_blocks_over_threads_match_reference(two_threads):
+    # 4 MiB per call: past the size where the host path hands shares of the blocks to other threads
+    cache = random_cache((32, 128, 4, 128), torch.bfloat16, seed=7)
+    ids = torch.randperm(32, generator=torch.Generator().manual_seed(3)).tolist()
+    nz = kernels.nd_to_nz(cache, ids)
+    assert torch.equal(nz, reference.nd_to_nz(cache, ids, 16))
+    assert torch.equal(kernels.nz_to_nd(nz, ids, 128), reference.nz_to_nd(nz, ids, 128))
+    expected = cache.clone()
+    reference.block_transpose(expected, ids, 2)
+    kernels.block_transpose(cache, ids, 2)
+    assert torch.equal(cache, expected)
+    fused = random_cache((32, 128, 576), torch.bfloat16, seed=11)
+    nope, rope = kernels.mla_split(fused, ids, 64)
+    assert torch.equal(kernels.mla_fuse(nope, rope, ids), reference.mla_fuse(nope, rope, ids))
+
+
+@pytest.mark.parametrize("name", ["gather_heads", "nd_to_nz", "nz_to_nd", "mla_fuse"])
+def test_out_receives_the_result_in_place(name):
+    cache = random_cache((3, 16, 2, 64), torch.bfloat16, seed=5)
+    nope, rope = kernels.mla_split(random_cache((3, 16, 128), torch.bfloat16, seed=6), [0, 1, 2], 64)
+    nz = kernels.nd_to_nz(cache, [0, 1, 2])
+    calls = {
+        "gather_heads": lambda **out: kernels.gather_heads(cache, [2, 0], 1, 1, **out),
+        "nd_to_nz": lambda **out: kernels.nd_to_nz(cache, [2, 0], **out),
+        "nz_to_nd": lambda **out: kernels.nz_to_nd(nz, [2, 0], 64, **out),
+        "mla_fuse": lambda **out: kernels.mla_fuse(nope, rope, [2, 0], **out),
+    }
+    expected = calls[name]()
+    out = torch.full_like(expected, 7)
+    assert calls[name](out=out).data_ptr() == out.data_ptr()
+    assert torch.equal(out, expected)
+    for wrong in (torch.empty_like(expected).float(), torch.empty(expected.numel() + 1, dtype=expected.dtype),
+                  torch.empty_like(expected).transpose(0, 1)):
+        with pytest.raises(InputError) as caught:
+            calls[name](out=wrong)
+        assert caught.value.field == "out" and "contiguous" in caught.value.fix
