@@ -40,12 +40,11 @@ def kv_caches(model_id: str, tokens: int, block_size: int, fill: bool):
 
 def make_worker(role: str, mode: str, port: int, num_kv_heads: int, is_mla: bool):
     from ascend_pd.connector.config import parse_config
-    from ascend_pd.connector.pull_worker import PullWorker
-    from ascend_pd.connector.push_worker import PushWorker
+    from ascend_pd.connector.worker import worker_side_class
 
     config = parse_config("kv_producer" if role == "prefill" else "kv_consumer", role, port,
                           {"mode": mode, "protocol": "tcp", "prefill": {"tp_size": 1}, "decode": {"tp_size": 1}})
-    worker_class = PullWorker if mode == "pull" else PushWorker
+    worker_class = worker_side_class(mode, role)
     return worker_class(config, _HOST, 0, 0, num_kv_heads=num_kv_heads, is_mla=is_mla)
 
 

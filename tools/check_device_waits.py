@@ -19,12 +19,12 @@ TWIN_TESTS = "tests/integration/connector/test_transfer.py"
 
 # (file, the exact statement, the replacement, which twin cases exercise it)
 REMOVALS = [
-    ("push_worker.py", "self.device.wait(job.written)", "pass", "twin and push"),
-    ("push_worker.py", "self.device.drain()  # the engine reads", "pass  #", "twin and push and p_tp1_to_d_tp2"),
-    ("push_worker.py", "self.device.drain()  # vLLM may run", "pass  #", "twin and push"),
+    ("push_sender.py", "self.device.wait(job.written)", "pass", "twin and push"),
+    ("push_sender.py", "self.device.drain()  # the engine reads", "pass  #", "twin and push and p_tp1_to_d_tp2"),
+    ("push_receiver.py", "self.device.drain()  # vLLM may run", "pass  #", "twin and push"),
     ("pull_worker.py", "self.device.drain()\n", "pass\n", "twin and pull"),
     ("pull_worker.py", "self.device.drain()  # the next chunk", "pass  #", "twin and pull and p_tp1_to_d_tp2"),
-    ("worker.py", "initializer=lambda: self.device.bind_thread()", "initializer=None", "twin"),
+    ("worker.py", "        self.device.bind_thread()\n", "        pass\n", "twin"),
 ]
 
 

@@ -14,6 +14,7 @@ from ascend_pd.connector.config import parse_config
 from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.connector.scheduler import make_scheduler_side
 from ascend_pd.connector.stats import AscendPDStats
+from ascend_pd.connector.worker import worker_side_class
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -63,7 +64,7 @@ class AscendPDConnector(KVConnectorBase_V1):
         from vllm.platforms import current_platform
 
         model = vllm_config.model_config
-        worker_class = _worker_class(self.config.mode)
+        worker_class = worker_side_class(self.config.mode, self.config.role)
         self.worker_side = worker_class(
             self.config, host, get_tensor_model_parallel_rank(), dp_rank,
             num_kv_heads=model.get_total_num_kv_heads(), is_mla=model.use_mla,
@@ -133,11 +134,3 @@ class AscendPDConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self.scheduler_side.request_finished(request, block_ids)
-
-
-def _worker_class(mode: str):
-    if mode == "pull":
-        from ascend_pd.connector.pull_worker import PullWorker
-        return PullWorker
-    from ascend_pd.connector.push_worker import PushWorker
-    return PushWorker

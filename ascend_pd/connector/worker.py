@@ -100,8 +100,9 @@ class WorkerSide:
 
     def needs_staging(self) -> bool:
         """Strided head slices (NHD, prefill TP below decode TP) go through a registered staging buffer."""
-        return not self.heads_outer and not self.plan.is_mla and self.config.prefill.tp_size < self.config.decode.tp_size \
-            and self.plan.num_kv_heads > self.config.prefill.tp_size
+        return (not self.heads_outer and not self.plan.is_mla
+                and self.config.prefill.tp_size < self.config.decode.tp_size
+                and self.plan.num_kv_heads > self.config.prefill.tp_size)
 
     def peer_metadata(self, peer: RemotePeer, rank: int, deadline: float) -> messages.AgentMetadata:
         """A prefill rank's metadata, fetched once over the side channel; checks the caches can pair up."""
@@ -203,3 +204,15 @@ class WorkerSide:
         self.notices.shutdown(wait=False, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()
+
+
+def worker_side_class(mode: str, role: str):
+    """The worker side for a mode and an instance role ("prefill" or "decode")."""
+    if mode == "pull":
+        from ascend_pd.connector.pull_worker import PullWorker
+        return PullWorker
+    if role == "prefill":
+        from ascend_pd.connector.push_sender import PushSender
+        return PushSender
+    from ascend_pd.connector.push_receiver import PushReceiver
+    return PushReceiver

@@ -18,8 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 
 from ascend_pd.connector.config import parse_config
 from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend, RemotePeer
-from ascend_pd.connector.pull_worker import PullWorker
-from ascend_pd.connector.push_worker import PushWorker
+from ascend_pd.connector.worker import worker_side_class
 from kv_data import global_planes, layer_name, shard
 
 
@@ -69,7 +68,7 @@ def make_worker(spec: dict):
         "abort_timeout_s": spec.get("abort_timeout_s", 60), "kv_load_timeout_s": spec.get("kv_load_timeout_s", 60),
         "transfer_timeout_s": spec.get("transfer_timeout_s", 30),
         "handshake_retries": spec.get("handshake_retries", 5), "handshake_timeout_s": 1.0})
-    worker_class = PullWorker if spec["mode"] == "pull" else PushWorker
+    worker_class = worker_side_class(spec["mode"], spec["role"])
     return worker_class(config, "127.0.0.1", spec["tp_rank"], 0, num_kv_heads=spec["num_kv_heads"],
                         is_mla=spec["is_mla"], heads_outer=spec.get("heads_outer", False),
                         staging_bytes=spec.get("staging_bytes", 1 << 20))

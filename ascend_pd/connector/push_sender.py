@@ -1,4 +1,4 @@
-"""Worker side of push mode: P writes each layer's blocks to D as soon as they exist; D waits for every sender."""
+"""Prefill side of push mode: write each layer's blocks to the decode ranks as soon as the layer is computed."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from typing import Any
 import msgspec
 
 from ascend_pd import kernels
-from ascend_pd.connector import messages, side_channel
+from ascend_pd.connector import messages
 from ascend_pd.connector.config import ENGINE_GRACE_S
-from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
-from ascend_pd.connector.routes import (LayoutMismatch, check_block_ids, check_compatible, direct_copies, route,
-                                       transpose_split)
+from ascend_pd.connector.metadata import AscendPDMetadata, PushSend
+from ascend_pd.connector.routes import LayoutMismatch, check_block_ids, check_compatible, direct_copies, route
 from ascend_pd.connector.transport import Span, TransferFailed
 from ascend_pd.connector.worker import WorkerSide
 
@@ -56,33 +55,20 @@ class _Outgoing:
     prefilled: bool = False
 
 
-@dataclass
-class _Incoming:
-    request_id: str
-    transfer_id: str
-    peer: str  # RemotePeer.describe(), for the logs
-    block_ids: list[int]
-    senders: set[int]
-    deadline: float
-    taken_up: float
-    reported: set[int] = field(default_factory=set)
-    ok: bool = True
-
-
-class PushWorker(WorkerSide):
+class PushSender(WorkerSide):
+    """A prefill rank in push mode: it learns where each decode rank wants a transfer's blocks (PushReady), writes
+    every layer there as the model finishes it, and tells each decode rank when all its writes have ended."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._outgoing: dict[str, _Outgoing] = {}  # transfer id -> state (prefill)
+        self._outgoing: dict[str, _Outgoing] = {}  # transfer id -> state
         self._early: dict[str, list[tuple[float, messages.PushReady]]] = {}  # announcements before the request
-        self._incoming: dict[str, _Incoming] = {}  # transfer id -> state (decode)
 
     def targets(self, transfer_id: str) -> dict[int, _Target]:
         """The decode ranks that read (part of) their KV from this prefill rank for a transfer."""
         return {d: _Target() for d in range(self.config.decode.tp_size)
                 if any(r.src_rank == self.tp_rank for r in self.plan.reads(d, transfer_id))}
 
-    # ---- prefill side ----
     def accept(self, metadata: AscendPDMetadata) -> None:
         super().accept(metadata)
         for request_id in metadata.released:
@@ -99,8 +85,6 @@ class PushWorker(WorkerSide):
                 out.block_ids = send.block_ids
             for received, ready in early:
                 self._attach(out, ready, received)
-        for recv in metadata.push_recv:
-            self._expect(recv)
 
     def save_kv_layer(self, layer_name: str, metadata: AscendPDMetadata) -> None:
         planes = self.layer_planes.get(layer_name)
@@ -137,8 +121,6 @@ class PushWorker(WorkerSide):
             self._maybe_finalize(out, rank)
 
     def handle(self, message: messages.Request) -> messages.Reply:
-        if isinstance(message, messages.PushDone):
-            return self._sender_done(message)
         if not isinstance(message, messages.PushReady):
             return super().handle(message)
         refusal = None
@@ -277,81 +259,8 @@ class PushWorker(WorkerSide):
                                         messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank,
                                                           ok=False))
 
-    # ---- decode side ----
-    def _expect(self, recv: PushRecv) -> None:
-        reads = self.plan.reads(self.tp_rank, recv.transfer_id)
-        senders = {read.src_rank for read in reads}
-        now = time.monotonic()
-        deadline = now + self.config.kv_load_timeout_s
-        if recv.local_block_ids:
-            incoming = _Incoming(recv.request_id, recv.transfer_id, recv.peer.describe(), recv.local_block_ids,
-                                 senders, deadline=deadline, taken_up=now)
-            with self.lock:
-                self._incoming[recv.transfer_id] = incoming
-        ready = messages.PushReady(transfer_id=recv.transfer_id, block_ids=recv.local_block_ids,
-                                   first_block=recv.first_block, dst=self.metadata, dst_host=self.host,
-                                   dst_port=self.port)
-        for sender in sorted(senders):
-            self.jobs.submit(self._announce, recv, sender, ready, deadline)
-
-    def _announce(self, recv: PushRecv, sender: int, ready: messages.PushReady, deadline: float) -> None:
-        def with_time_left() -> messages.PushReady:  # taken afresh by every try of the side channel
-            return msgspec.structs.replace(ready, expires_in_s=max(0.0, deadline - time.monotonic()))
-
-        try:
-            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender,
-                                   with_time_left if ready.block_ids else ready, deadline=deadline)
-        except side_channel.PeerUnreachable as error:
-            reply = messages.Refused(reason=str(error))
-        if isinstance(reply, messages.Refused) and ready.block_ids:
-            self._fail(recv.transfer_id, f"prefill rank {sender} of {recv.peer.engine_id}: {reply.reason}")
-
-    def _sender_done(self, done: messages.PushDone) -> messages.Reply:
-        with self.lock:
-            incoming = self._incoming.get(done.transfer_id)
-            if incoming is None:
-                return messages.Ack()  # already failed or timed out
-            incoming.reported.add(done.src_rank)
-            incoming.ok &= done.ok
-            complete = incoming.reported >= incoming.senders
-            if complete:
-                del self._incoming[done.transfer_id]
-        if complete:
-            self.jobs.submit(self._complete, incoming)
-        return messages.Ack()
-
-    def _complete(self, incoming: _Incoming) -> None:
-        if incoming.ok:
-            reads = self.plan.reads(self.tp_rank, incoming.transfer_id)
-            for plane in self.planes:
-                split = transpose_split(reads, plane.info, reads[0].src_heads_per_rank)
-                if split > 1:
-                    kernels.block_transpose(plane.tensor, incoming.block_ids, split)
-            self.device.drain()  # vLLM may run the request as soon as it is reported received
-        with self.lock:
-            if incoming.ok:
-                self.stats.record_wait(time.monotonic() - incoming.taken_up)
-            else:
-                logger.error("AscendPD: request %s: a prefill rank of %s reported a failed push",
-                             incoming.request_id, incoming.peer)
-                self.failed_blocks.update(incoming.block_ids)
-                self.stats.record_failure()
-            self.received.add(incoming.request_id)
-
-    def _fail(self, transfer_id: str, reason: str) -> None:
-        with self.lock:
-            incoming = self._incoming.pop(transfer_id, None)
-            if incoming is None:
-                return
-            logger.error("AscendPD: request %s: push from %s failed: %s", incoming.request_id, incoming.peer,
-                         reason)
-            self.failed_blocks.update(incoming.block_ids)
-            self.stats.record_failure()
-            self.received.add(incoming.request_id)
-
     def expire(self, now: float) -> None:
         with self.lock:
-            late = [tid for tid, inc in self._incoming.items() if inc.deadline <= now]
             stale = [tid for tid, early in self._early.items() if early[0][0] + self.config.kv_load_timeout_s <= now]
             for tid in stale:
                 del self._early[tid]
@@ -359,5 +268,3 @@ class PushWorker(WorkerSide):
                        if out.request_id in self.held and self.held[out.request_id] <= now]
             for tid in dropped:
                 del self._outgoing[tid]
-        for tid in late:
-            self._fail(tid, f"not every prefill rank reported within kv_load_timeout_s={self.config.kv_load_timeout_s}")
