@@ -58,6 +58,10 @@ class PushDone(msgspec.Struct, tag=True):
     transfer_id: str
     src_rank: int
     ok: bool
+    # For D's exposed-transfer measurement, wall clock: the sender's last layer computed, its first write issued.
+    prefilled_at: float | None = None
+    first_write_at: float | None = None
+    nbytes: int = 0  # bytes it wrote to this decode rank
 
 
 class Ack(msgspec.Struct, tag=True):

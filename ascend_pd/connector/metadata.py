@@ -28,6 +28,7 @@ class PullRecv:
     peer: RemotePeer
     local_block_ids: list[int]
     remote_block_ids: list[int]
+    prefilled_at: float | None = None  # P's wall clock when the prompt was computed, for the exposed transfer
 
 
 @dataclass(frozen=True)

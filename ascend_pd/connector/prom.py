@@ -1,4 +1,5 @@
-"""The connector's Prometheus metrics on each engine's /metrics: transfer batches, bytes, KV waits, failures."""
+"""The connector's Prometheus metrics on each engine's /metrics: transfer batches, bytes, KV waits, failures, and
+per request the transfer it exposed after its prefill, by mode."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorProm
 from vllm.v1.metrics.utils import create_metric_per_engine
 
 _SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
+_BYTES_BUCKETS = [2.0**20 * mib for mib in (1, 4, 16, 64, 256, 1024, 4096)]
 
 
 class AscendPDPromMetrics(KVConnectorPromMetrics):
@@ -21,6 +23,12 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
             metric = kind(name=name, documentation=documentation, labelnames=labelnames, **extra)
             return create_metric_per_engine(metric, per_engine_labelvalues)
 
+        def per_engine_and_mode(kind, name: str, documentation: str, **extra):
+            # the mode arrives with the workers' tallies; each engine's label values get it appended there
+            return kind(name=name, documentation=documentation, labelnames=[*labelnames, "mode"], **extra)
+
+        self._engine_labels = per_engine_labelvalues
+
         self.batch_seconds = per_engine(
             self._histogram_cls, "vllm:ascend_pd_kv_transfer_seconds",
             "Duration of one Transfer Engine batch (a read on decode in pull mode, a write on prefill in push mode).",
@@ -33,6 +41,18 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
                                 "KV bytes moved by this engine's workers.")
         self.failures = per_engine(self._counter_cls, "vllm:ascend_pd_kv_failures",
                                    "Requests whose KV transfer failed (they become load errors and are recomputed).")
+        self.exposed_seconds = per_engine_and_mode(
+            self._histogram_cls, "vllm:ascend_pd_kv_exposed_seconds",
+            "Per request and decode rank: from the end of its prefill on P to its whole prompt KV on D, the transfer "
+            "the request waits for beyond its prefill (divide by kv_request_transfer_seconds for the exposed share).",
+            buckets=_SECONDS_BUCKETS)
+        self.request_seconds = per_engine_and_mode(
+            self._histogram_cls, "vllm:ascend_pd_kv_request_transfer_seconds",
+            "Per request and decode rank: from its first KV byte moving to its whole prompt KV on D.",
+            buckets=_SECONDS_BUCKETS)
+        self.request_bytes = per_engine_and_mode(
+            self._histogram_cls, "vllm:ascend_pd_kv_request_bytes",
+            "Per request and decode rank: prompt KV bytes moved to it.", buckets=_BYTES_BUCKETS)
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         for seconds in transfer_stats_data.get("seconds", []):
@@ -41,3 +61,10 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
             self.wait_seconds[engine_idx].observe(seconds)
         self.bytes[engine_idx].inc(sum(transfer_stats_data.get("bytes", [])))
         self.failures[engine_idx].inc(transfer_stats_data.get("failures", 0))
+        if transfer_stats_data.get("exposed"):
+            labels = [*self._engine_labels[engine_idx], transfer_stats_data.get("mode") or "unknown"]
+            for metric, key in ((self.exposed_seconds, "exposed"), (self.request_seconds, "request_seconds"),
+                                (self.request_bytes, "request_bytes")):
+                child = metric.labels(*labels)
+                for value in transfer_stats_data[key]:
+                    child.observe(value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import PullRecv
@@ -13,6 +14,13 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 logger = logging.getLogger(__name__)
+
+
+def _wall_clock(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _wants_pull(params: dict | None) -> bool:
@@ -48,7 +56,8 @@ class PullScheduler(SchedulerSide):
             local = local[:len(remote)]
         self._next.pull_recv.append(PullRecv(
             request_id=request.request_id, remote_request_id=str(params.get("remote_request_id", "")),
-            peer=peer, local_block_ids=list(local), remote_block_ids=remote))
+            peer=peer, local_block_ids=list(local), remote_block_ids=remote,
+            prefilled_at=_wall_clock(params.get("remote_prefilled_at"))))
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         from vllm.v1.request import RequestStatus
@@ -79,4 +88,6 @@ class PullScheduler(SchedulerSide):
             "remote_block_ids": list(block_ids[:prompt_blocks(request.num_prompt_tokens, self.block_size)]),
             "remote_block_size": self.block_size,
             "remote_num_tokens": request.num_computed_tokens,
+            # D measures the transfer it waits for after this moment (vllm:ascend_pd_kv_exposed_seconds)
+            "remote_prefilled_at": time.time(),
         }

@@ -27,6 +27,8 @@ class _Pending:
     deadline: float
     moving: bool = False
     gave_up: bool = False
+    started_at: float | None = None  # wall clock when the first read was issued
+    nbytes: int = 0
 
 
 class _GaveUp(Exception):
@@ -97,6 +99,9 @@ class PullWorker(WorkerSide):
                 self._fail(pending, f"reading KV from {recv.peer.describe()} failed: {error}")
                 return
             self.stats.record_wait(time.monotonic() - pending.taken_up)
+            if recv.prefilled_at is not None and pending.started_at is not None:
+                now = time.time()
+                self.stats.record_request(now - recv.prefilled_at, now - pending.started_at, pending.nbytes)
             self.received.add(recv.request_id)
 
     def _fail(self, pending: _Pending, reason: str) -> None:
@@ -130,6 +135,7 @@ class PullWorker(WorkerSide):
         reads = self.plan.reads(self.tp_rank, recv.remote_request_id or recv.request_id)
         sources = [(read, self.peer_metadata(recv.peer, read.src_rank, pending.deadline)) for read in reads]
         self._start_moving(pending)
+        pending.started_at = time.time()
         futures, staged = [], []
         for read, remote in sources:
             check_block_ids(recv.remote_block_ids, remote.planes, f"prefill {recv.peer.engine_id}")
@@ -145,9 +151,9 @@ class PullWorker(WorkerSide):
             futures.append((self.transport.submit(remote.session, "read", spans), remote.session))
         try:
             for future, session in futures:
-                self.record(self.result(future, session))
+                pending.nbytes += self.record(self.result(future, session))
             for read, remote, index, rt in staged:
-                self._read_staged(remote, index, rt, read, recv)
+                pending.nbytes += self._read_staged(remote, index, rt, read, recv)
         except Exception:
             for read in reads:  # a restarted P has a new session: hand-shake afresh next time
                 self.peers.forget(recv.peer.host, recv.peer.port + read.src_rank)
@@ -155,24 +161,27 @@ class PullWorker(WorkerSide):
         self._transpose(reads, recv.local_block_ids)
 
     def _read_staged(self, remote: messages.AgentMetadata, index: int, rt: Route, read: SourceRead,
-                     recv: PullRecv) -> None:
-        """Whole source blocks into staging, then their head slice into the local cache."""
+                     recv: PullRecv) -> int:
+        """Whole source blocks into staging, then their head slice into the local cache; the bytes read."""
         plane, src = self.planes[index], remote.planes[index]
         tensor = plane.tensor
         per_chunk = self.staging.blocks_per_chunk(src.block_len)
         pairs = list(zip(recv.remote_block_ids, recv.local_block_ids))
+        nbytes = 0
         with self.staging.lock:
             for start in range(0, len(pairs), per_chunk):
                 chunk = pairs[start:start + per_chunk]
                 spans = [Span(local=self.staging.address + k * src.block_len,
                               remote=src.base_addr + sb * src.block_stride, length=src.block_len)
                          for k, (sb, _) in enumerate(chunk)]
-                self.record(self.result(self.transport.submit(remote.session, "read", spans), remote.session))
+                nbytes += self.record(self.result(self.transport.submit(remote.session, "read", spans),
+                                                  remote.session))
                 whole = self.staging.view(0, len(chunk) * src.block_len, tensor.dtype,
                                           (len(chunk), tensor.shape[1], src.num_heads, tensor.shape[3]))
                 packed = kernels.gather_heads(whole, list(range(len(chunk))), rt.head_start, rt.head_count)
                 kernels.scatter_heads(tensor, [db for _, db in chunk], read.dst_head_start, packed)
                 self.device.drain()  # the next chunk's read overwrites the staging buffer these kernels read
+        return nbytes
 
     def _transpose(self, reads: tuple[SourceRead, ...], block_ids: list[int]) -> None:
         """Blocks assembled from several senders' whole blocks are [split, bs, H/split, D]: make them NHD."""

@@ -28,6 +28,11 @@ class _Incoming:
     taken_up: float
     reported: set[int] = field(default_factory=set)
     ok: bool = True
+    # from the senders' notices, for the exposed transfer: the last prefill end, the first write, the bytes
+    prefilled_at: float | None = None
+    first_write_at: float | None = None
+    nbytes: int = 0
+    timed: bool = True  # every sender said when
 
 
 class PushReceiver(WorkerSide):
@@ -83,6 +88,7 @@ class PushReceiver(WorkerSide):
                 return messages.Ack()  # already failed or timed out
             incoming.reported.add(done.src_rank)
             incoming.ok &= done.ok
+            _note_times(incoming, done)
             complete = incoming.reported >= incoming.senders
             if complete:
                 del self._incoming[done.transfer_id]
@@ -101,6 +107,10 @@ class PushReceiver(WorkerSide):
         with self.lock:
             if incoming.ok:
                 self.stats.record_wait(time.monotonic() - incoming.taken_up)
+                if incoming.timed and incoming.nbytes:
+                    now = time.time()
+                    self.stats.record_request(now - incoming.prefilled_at, now - incoming.first_write_at,
+                                              incoming.nbytes)
             else:
                 logger.error("AscendPD: request %s: a prefill rank of %s reported a failed push",
                              incoming.request_id, incoming.peer)
@@ -124,3 +134,14 @@ class PushReceiver(WorkerSide):
             late = [tid for tid, inc in self._incoming.items() if inc.deadline <= now]
         for tid in late:
             self._fail(tid, f"not every prefill rank reported within kv_load_timeout_s={self.config.kv_load_timeout_s}")
+
+
+def _note_times(incoming: _Incoming, done: messages.PushDone) -> None:
+    """Fold one sender's times into the transfer's: it ends with the last prefill rank, starts with the first write."""
+    if done.prefilled_at is None or (done.first_write_at is None and done.nbytes):
+        incoming.timed = False
+        return
+    incoming.prefilled_at = max(incoming.prefilled_at or done.prefilled_at, done.prefilled_at)
+    if done.first_write_at is not None:
+        incoming.first_write_at = min(incoming.first_write_at or done.first_write_at, done.first_write_at)
+    incoming.nbytes += done.nbytes

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,8 @@ class _Target:
     writes: list[Future] = field(default_factory=list)
     finalizing: bool = False
     done: bool = False
+    first_write_at: float | None = None  # wall clock
+    nbytes: int = 0
 
 
 @dataclass
@@ -53,6 +56,7 @@ class _Outgoing:
     targets: dict[int, _Target]
     jobs: list[_Job] = field(default_factory=list)  # every layer range computed so far, for late announcements
     prefilled: bool = False
+    prefilled_at: Future | None = None  # wall clock when the last layer's KV was in memory
 
 
 class PushSender(WorkerSide):
@@ -63,6 +67,9 @@ class PushSender(WorkerSide):
         super().__init__(*args, **kwargs)
         self._outgoing: dict[str, _Outgoing] = {}  # transfer id -> state
         self._early: dict[str, list[tuple[float, messages.PushReady]]] = {}  # announcements before the request
+        # Notes when a prompt's last layer is in memory (a device wait), never queued behind the writes.
+        self._clock = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-pd-clock",
+                                         initializer=self._start_job_thread)
 
     def targets(self, transfer_id: str) -> dict[int, _Target]:
         """The decode ranks that read (part of) their KV from this prefill rank for a transfer."""
@@ -113,6 +120,8 @@ class PushSender(WorkerSide):
             if out is None:
                 return
             out.prefilled = True
+            last_layer = out.jobs[-1].written if out.jobs else None
+            out.prefilled_at = self._clock.submit(self._computed_at, last_layer)
             if not out.targets:  # no decode rank reads from this rank
                 self.served.add(out.request_id)
                 del self._outgoing[send.transfer_id]
@@ -174,13 +183,20 @@ class PushSender(WorkerSide):
                 # D gives up on the transfer before such a write could end, and hands its blocks to a recompute
                 raise TransferFailed(f"too late to write to decode rank {rank}: it gives up on transfer "
                                      f"{out.transfer_id} before a write started now could end")
-            self._write(out, rank, target.ready, jobs)
+            if target.first_write_at is None:
+                target.first_write_at = time.time()
+            target.nbytes += self._write(out, rank, target.ready, jobs)
 
-    def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> None:
+    def _computed_at(self, written: Any) -> float:
+        self.device.wait(written)
+        return time.time()
+
+    def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> int:
+        """Write the layers' blocks to a decode rank; the bytes written."""
         reads = [read for read in self.plan.reads(rank, out.transfer_id) if read.src_rank == self.tp_rank]
         for job in jobs:
             self.device.wait(job.written)  # the layer's KV must be in memory before the engine reads it
-        spans = []
+        spans, nbytes = [], 0
         for job in jobs:
             planes = job.planes
             first = max(job.first, ready.first_block)
@@ -194,18 +210,19 @@ class PushSender(WorkerSide):
                     src, dst = self.planes[index].info, ready.dst.planes[index]
                     rt = route(read, src, dst)
                     if rt.staged:
-                        self._write_staged(index, rt, ready, src_blocks, dst_blocks)
+                        nbytes += self._write_staged(index, rt, ready, src_blocks, dst_blocks)
                     else:
                         spans += [Span(local=c.src, remote=c.dst, length=c.length)
                                   for c in direct_copies(rt, src, dst, src_blocks, dst_blocks)]
-        self.record(self.transport.run(ready.dst.session, "write", spans))
+        return nbytes + self.record(self.transport.run(ready.dst.session, "write", spans))
 
     def _write_staged(self, index: int, rt, ready: messages.PushReady, src_blocks: list[int],
-                      dst_blocks: list[int]) -> None:
-        """Pack this rank's head slice of each block into staging, then write the packed blocks whole."""
+                      dst_blocks: list[int]) -> int:
+        """Pack this rank's head slice of each block into staging, then write the packed blocks whole; the bytes."""
         tensor, src, dst = self.planes[index].tensor, self.planes[index].info, ready.dst.planes[index]
         packed_len = rt.head_count * (src.block_len // src.num_heads)
         per_chunk = self.staging.blocks_per_chunk(packed_len)
+        nbytes = 0
         with self.staging.lock:
             for start in range(0, len(src_blocks), per_chunk):
                 chunk_src, chunk_dst = src_blocks[start:start + per_chunk], dst_blocks[start:start + per_chunk]
@@ -216,7 +233,8 @@ class PushSender(WorkerSide):
                 spans = [Span(local=self.staging.address + k * packed_len,
                               remote=dst.base_addr + db * dst.block_stride + rt.dst_offset, length=packed_len)
                          for k, db in enumerate(chunk_dst)]
-                self.record(self.transport.run(ready.dst.session, "write", spans))
+                nbytes += self.record(self.transport.run(ready.dst.session, "write", spans))
+        return nbytes
 
     def _maybe_finalize(self, out: _Outgoing, rank: int) -> None:
         with self.lock:
@@ -241,11 +259,23 @@ class PushSender(WorkerSide):
                 self.stats.record_failure()
         if target.ready.block_ids:
             self.notify(target.ready.dst_host, target.ready.dst_port,
-                        messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank, ok=ok))
+                        messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank, ok=ok,
+                                          prefilled_at=self._prefilled_at(out), first_write_at=target.first_write_at,
+                                          nbytes=target.nbytes))
         with self.lock:
             target.done = True
             if all(t.done for t in out.targets.values()) and self._outgoing.pop(out.transfer_id, None):
                 self.served.add(out.request_id)
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._clock.shutdown(wait=False, cancel_futures=True)
+
+    def _prefilled_at(self, out: _Outgoing) -> float | None:
+        try:
+            return out.prefilled_at.result(timeout=self.transport.timeout_s + ENGINE_GRACE_S)
+        except FutureTimeout:
+            return None  # the device never completed the layer: the writes waiting for it failed too
 
     def _abandon(self, request_id: str) -> None:
         """The prefill request ended early: tell the decode ranks already waiting not to expect data."""

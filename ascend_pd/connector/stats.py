@@ -23,6 +23,7 @@ class AscendPDStats(KVConnectorStats):
         for key in LISTS:
             self.data[key].extend(other.data.get(key, []))
         self.data["failures"] += other.data.get("failures", 0)
+        self.data["mode"] = self.data.get("mode") or other.data.get("mode", "")
         return self
 
     def is_empty(self) -> bool:
@@ -30,7 +31,7 @@ class AscendPDStats(KVConnectorStats):
 
     def reduce(self) -> dict[str, int | float]:
         total_bytes, total_seconds = sum(self.data["bytes"]), sum(self.data["seconds"])
-        waits = self.data["waits"]
+        waits, exposed, request_seconds = self.data["waits"], self.data["exposed"], self.data["request_seconds"]
         return {
             "Num transfers": len(self.data["bytes"]),
             "Bytes transferred (MB)": round(total_bytes / 1e6, 3),
@@ -38,5 +39,8 @@ class AscendPDStats(KVConnectorStats):
             "Throughput (GB/s)": round(total_bytes / total_seconds / 1e9, 3) if total_seconds else 0.0,
             "Copies": sum(self.data["copies"]),
             "Avg KV wait (ms)": round(1e3 * sum(waits) / len(waits), 3) if waits else 0.0,
+            "Avg exposed transfer (ms)": round(1e3 * sum(exposed) / len(exposed), 3) if exposed else 0.0,
+            # of the requests' transfers (first byte moving to KV whole on D), the part that came after prefill
+            "Exposed share": round(sum(exposed) / sum(request_seconds), 3) if sum(request_seconds) else 0.0,
             "Failures": self.data["failures"],
         }

@@ -1,22 +1,23 @@
-"""Per-worker transfer tally (bytes, durations, copies, KV waits, failures), handed to vLLM's connector stats."""
+"""Per-worker transfer tally (bytes, durations, copies, KV waits, failures, and per request how much of its transfer
+it exposed), handed to vLLM's connector stats."""
 
 from __future__ import annotations
 
 from typing import Any
 
-LISTS = ("bytes", "seconds", "copies", "waits")
+LISTS = ("bytes", "seconds", "copies", "waits", "exposed", "request_seconds", "request_bytes")
 
 
-def empty_tally() -> dict[str, Any]:
-    return {**{key: [] for key in LISTS}, "failures": 0}
+def empty_tally(mode: str = "") -> dict[str, Any]:
+    return {**{key: [] for key in LISTS}, "failures": 0, "mode": mode}
 
 
 class TransferTally:
-    """One entry per finished transfer batch, one per request whose KV arrived on this decode rank (how long it
-    waited, seconds), plus a failure count, since the last take()."""
+    """Since the last take(): one entry per finished transfer batch; per request whose KV arrived on this decode rank,
+    how long it waited (seconds) and, when its prefill's end is known, the exposed transfer; plus a failure count."""
 
-    def __init__(self):
-        self.data = empty_tally()
+    def __init__(self, mode: str = ""):
+        self.data = empty_tally(mode)
 
     def record(self, nbytes: int, seconds: float, copies: int) -> None:
         self.data["bytes"].append(nbytes)
@@ -25,6 +26,13 @@ class TransferTally:
 
     def record_wait(self, seconds: float) -> None:
         self.data["waits"].append(seconds)
+
+    def record_request(self, exposed_s: float, transfer_s: float, nbytes: int) -> None:
+        """A request's KV is whole on this decode rank: `exposed_s` after its prefill ended (what the request
+        waited for the transfer beyond its prefill), `transfer_s` after its first byte started to move."""
+        self.data["exposed"].append(max(0.0, exposed_s))  # clocks of two hosts may disagree by a little
+        self.data["request_seconds"].append(max(0.0, transfer_s))
+        self.data["request_bytes"].append(nbytes)
 
     def record_failure(self) -> None:
         self.data["failures"] += 1

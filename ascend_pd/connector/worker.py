@@ -47,7 +47,7 @@ class WorkerSide:
         self.metadata: messages.AgentMetadata | None = None
         self.staging: StagingBuffer | None = None
         self._staging_bytes = staging_bytes
-        self.stats = TransferTally()
+        self.stats = TransferTally(config.mode)
         self.lock = threading.Lock()
         self.peers = Peers(config)
         self.device = CacheDevice.host()
@@ -139,11 +139,13 @@ class WorkerSide:
             return False
         return True
 
-    def record(self, result: BatchResult) -> None:
+    def record(self, result: BatchResult) -> int:
+        """Tally a finished batch; its bytes."""
         if not result.copies:
-            return
+            return 0
         with self.lock:
             self.stats.record(result.bytes, result.seconds, result.copies)
+        return result.bytes
 
     # ---- per-step hooks (the modes override what they use) ----
     def on_metadata(self, metadata: AscendPDMetadata) -> None:
@@ -193,7 +195,7 @@ class WorkerSide:
         with self.lock:
             if self.stats.is_empty():
                 return None
-            stats, self.stats = self.stats, TransferTally()
+            stats, self.stats = self.stats, TransferTally(self.config.mode)
         return stats
 
     def shutdown(self) -> None:

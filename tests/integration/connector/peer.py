@@ -128,8 +128,9 @@ def decode(spec: dict, worker, caches) -> dict:
     time.sleep(spec.get("decode_start_delay_s", 0))
     peer = RemotePeer(spec["p_engine_id"], "127.0.0.1", spec["p_kv_port"], spec["p_tp"])
     if spec["mode"] == "pull":
+        # P's prompt is computed when D takes the request up, as when the proxy hands D P's answer at once
         step = AscendPDMetadata(pull_recv=[PullRecv(request["id"], request["id"], peer, request["dst_blocks"],
-                                                    request["src_blocks"])])
+                                                    request["src_blocks"], prefilled_at=time.time())])
     else:
         step = AscendPDMetadata(push_recv=[PushRecv(request["id"], request["transfer_id"], peer,
                                                     request["dst_blocks"], 0)])

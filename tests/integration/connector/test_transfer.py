@@ -82,6 +82,26 @@ def test_push_layers_computed_before_the_announcement_are_sent_when_it_arrives(t
     assert_prefill_released(prefill_results)
 
 
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_decode_measures_the_transfer_it_waited_for_after_the_prefill(tmp_path, mode):
+    """Push writes each layer while the next one computes (0.4 s a layer here): of its transfer, only the last
+    layer's share comes after the prefill. Pull starts reading when the prefill has ended: all of it does."""
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, prefill={"layer_compute_s": 0.4})
+    _, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    stats = decode_results[0]["stats"]
+    spec = decode[0]
+    plane_block_bytes = spec["block_size"] * spec["num_kv_heads"] * spec["head_dim"] * 2  # bf16 K or V of a block
+    assert stats["mode"] == mode
+    assert stats["request_bytes"] == [len(spec["request"]["dst_blocks"]) * plane_block_bytes * 2 * spec["layers"]]
+    (exposed,), (transfer,) = stats["exposed"], stats["request_seconds"]
+    if mode == "push":
+        assert transfer > 0.6  # the first layer's write started about 0.8 s before the last layer was computed
+        assert exposed < 0.25 * transfer
+    else:
+        assert exposed >= transfer > 0
+
+
 def test_multi_chunk_staging_when_the_buffer_holds_fewer_blocks_than_the_request(tmp_path):
     one_block = 16 * 4 * 64 * 2  # block_size * prefill heads * head_dim * bf16: room for one block at a time
     for mode in ("pull", "push"):

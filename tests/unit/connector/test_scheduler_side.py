@@ -109,6 +109,22 @@ def test_pull_prefill_with_a_draft_model_returns_only_the_prompts_blocks(model_d
     assert finished.kv_transfer_params["remote_block_ids"] == blocks[:3]
 
 
+def test_pull_prefill_end_reaches_decode_for_the_exposed_transfer(model_dir):
+    import time
+
+    sched = scheduler(vllm_config(model_dir, role="kv_producer", mode="pull"))
+    sched.add_request(request("p-req", PROMPT, {"do_remote_decode": True}))
+    out = sched.schedule()
+    before = time.time()
+    (finished,) = sched.update_from_output(out, runner_output(out))[0].outputs
+    params = finished.kv_transfer_params
+    assert before <= params["remote_prefilled_at"] <= time.time()
+    decode = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    decode.add_request(request("d-req", PROMPT, dict(params, remote_host="10.0.0.1")))
+    (recv,) = decode.schedule().kv_connector_metadata.pull_recv
+    assert recv.prefilled_at == params["remote_prefilled_at"]
+
+
 def test_pull_prefill_aborted_request_frees_its_blocks_at_once(model_dir):
     from vllm.v1.request import RequestStatus
 

@@ -56,3 +56,31 @@ def test_prometheus_metrics_count_what_the_workers_reported():
     assert value("vllm:ascend_pd_kv_transfer_seconds_count", labels) == 2
     assert value("vllm:ascend_pd_kv_wait_seconds_sum", labels) == pytest.approx(1.0)
     assert value("vllm:ascend_pd_kv_wait_seconds_bucket", {**labels, "le": "0.5"}) == 1
+
+
+def test_exposed_transfer_lands_in_histograms_labelled_by_mode():
+    registry = CollectorRegistry()
+    metric_types = {kind: partial(kind, registry=registry) for kind in (Gauge, Counter, Histogram)}
+    prom = AscendPDConnector.build_prom_metrics(SimpleNamespace(kv_transfer_config=None), metric_types,
+                                                ["model_name", "engine"], {0: ["tiny", "0"]})
+    tally = TransferTally("push")
+    tally.record_request(exposed_s=0.02, transfer_s=0.5, nbytes=3 << 20)
+    tally.record_request(exposed_s=-0.001, transfer_s=0.25, nbytes=1 << 20)  # clocks a hair apart: none exposed
+    stats = AscendPDStats(data=tally.data)
+    assert stats.reduce()["Exposed share"] == pytest.approx(0.02 / 0.75, abs=1e-3)
+    prom.observe(stats.data, engine_idx=0)
+    labels = {"model_name": "tiny", "engine": "0", "mode": "push"}
+    value = registry.get_sample_value
+    assert value("vllm:ascend_pd_kv_exposed_seconds_sum", labels) == pytest.approx(0.02)
+    assert value("vllm:ascend_pd_kv_exposed_seconds_count", labels) == 2
+    assert value("vllm:ascend_pd_kv_request_transfer_seconds_sum", labels) == pytest.approx(0.75)
+    assert value("vllm:ascend_pd_kv_request_bytes_bucket", {**labels, "le": "4.194304e+06"}) == 2  # 4 MiB
+    assert value("vllm:ascend_pd_kv_exposed_seconds_count", {**labels, "mode": "pull"}) is None
+
+
+def test_ranks_of_one_engine_merge_with_their_mode():
+    stats = AscendPDStats(data=TransferTally("pull").data)
+    other = TransferTally("pull")
+    other.record_request(0.1, 0.1, 10)
+    stats.aggregate(AscendPDStats(data=other.data))
+    assert stats.data["mode"] == "pull" and stats.data["exposed"] == [0.1]
