@@ -2,6 +2,7 @@
 same MLA model as DeepSeek-V3 with one MTP (draft) layer.
 
 Usage: python tools/make_tiny_models.py DIR   -> DIR/tiny-llama-gqa, DIR/tiny-deepseek-mla, DIR/tiny-deepseek-mtp
+       python tools/make_tiny_models.py --deep DIR   -> DIR/tiny-llama-deep (tools/bench_overlap.py's model)
 
 Weights are random with a fixed seed, the tokenizer is a byte-level BPE trained here on generated text, so nothing
 is downloaded. The shapes match the `tiny-llama-gqa` and `tiny-deepseek-mla` entries of the model catalog.
@@ -71,6 +72,21 @@ def make_gqa(out: Path, tokenizer) -> None:
     _save(LlamaForCausalLM(config), tokenizer, out)
 
 
+def make_deep_gqa(out: Path, tokenizer) -> None:
+    """A model whose KV outweighs its compute, for tools/bench_overlap.py: 16 layers of 8 KV heads x 128 (64 KiB of
+    bf16 KV per token) on a 256-wide residual stream, 16K positions."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=16,
+                         num_attention_heads=8, num_key_value_heads=8, head_dim=128, max_position_embeddings=16384,
+                         initializer_range=0.25, tie_word_embeddings=False, torch_dtype="bfloat16",
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    _save(LlamaForCausalLM(config), tokenizer, out)
+
+
 def make_mla(out: Path, tokenizer) -> None:
     import torch
     from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
@@ -130,13 +146,19 @@ def make_mtp(out: Path, mla: Path, tokenizer) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="where to write tiny-llama-gqa/, tiny-deepseek-mla/, tiny-deepseek-mtp/")
+    parser.add_argument("--deep", action="store_true", help="write only tiny-llama-deep/ (bench_overlap's model)")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     tokenizer = make_tokenizer(args.dir / "tokenizer")
-    make_gqa(args.dir / "tiny-llama-gqa", tokenizer)
-    make_mla(args.dir / "tiny-deepseek-mla", tokenizer)
-    make_mtp(args.dir / "tiny-deepseek-mtp", args.dir / "tiny-deepseek-mla", tokenizer)
-    for name in ("tiny-llama-gqa", "tiny-deepseek-mla", "tiny-deepseek-mtp"):
+    if args.deep:
+        names = ["tiny-llama-deep"]
+        make_deep_gqa(args.dir / "tiny-llama-deep", tokenizer)
+    else:
+        names = ["tiny-llama-gqa", "tiny-deepseek-mla", "tiny-deepseek-mtp"]
+        make_gqa(args.dir / "tiny-llama-gqa", tokenizer)
+        make_mla(args.dir / "tiny-deepseek-mla", tokenizer)
+        make_mtp(args.dir / "tiny-deepseek-mtp", args.dir / "tiny-deepseek-mla", tokenizer)
+    for name in names:
         size = sum(p.stat().st_size for p in (args.dir / name).iterdir())
         print(f"{args.dir / name}: {size / 1e6:.1f} MB")
 

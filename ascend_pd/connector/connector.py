@@ -89,6 +89,8 @@ class AscendPDConnector(KVConnectorBase_V1):
         return  # loads finish before vLLM schedules the request (async hits)
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        if self.worker_side.trace is not None:
+            self.worker_side.trace.event("layer_saved", layer=layer_name)
         self.worker_side.save_kv_layer(layer_name, self._metadata())
 
     def wait_for_save(self) -> None:

@@ -111,6 +111,9 @@ class PushReceiver(WorkerSide):
                     now = time.time()
                     self.stats.record_request(now - incoming.prefilled_at, now - incoming.first_write_at,
                                               incoming.nbytes)
+                    if self.trace is not None:
+                        self.trace.event("kv_whole", at=now, request=incoming.request_id,
+                                         prefilled_at=incoming.prefilled_at)
             else:
                 logger.error("AscendPD: request %s: a prefill rank of %s reported a failed push",
                              incoming.request_id, incoming.peer)

@@ -183,9 +183,14 @@ class PushSender(WorkerSide):
                 # D gives up on the transfer before such a write could end, and hands its blocks to a recompute
                 raise TransferFailed(f"too late to write to decode rank {rank}: it gives up on transfer "
                                      f"{out.transfer_id} before a write started now could end")
+            started = time.time()
             if target.first_write_at is None:
-                target.first_write_at = time.time()
-            target.nbytes += self._write(out, rank, target.ready, jobs)
+                target.first_write_at = started
+            written = self._write(out, rank, target.ready, jobs)
+            target.nbytes += written
+            if self.trace is not None:
+                self.trace.event("write", start=started, end=time.time(), transfer=out.transfer_id, rank=rank,
+                                 layers=len(jobs), bytes=written)
 
     def _computed_at(self, written: Any) -> float:
         self.device.wait(written)

@@ -19,6 +19,7 @@ from ascend_pd.connector.peers import Peers
 from ascend_pd.connector.routes import check_compatible
 from ascend_pd.connector.staging import StagingBuffer
 from ascend_pd.connector.tally import TransferTally
+from ascend_pd.connector.trace import Trace
 from ascend_pd.connector.transport import BatchResult, TransferFailed, Transport, region_limit
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
 
@@ -67,6 +68,7 @@ class WorkerSide:
         self.failed_blocks: set[int] = set()
         self._current: AscendPDMetadata | None = None
         self.server: side_channel.SideChannelServer | None = None
+        self.trace = Trace.from_env(config.engine_id, tp_rank)
 
     def _start_job_thread(self) -> None:
         unpin_current_thread()
@@ -206,6 +208,8 @@ class WorkerSide:
         self.notices.shutdown(wait=False, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()
+        if self.trace is not None:
+            self.trace.close()
 
 
 def worker_side_class(mode: str, role: str):
