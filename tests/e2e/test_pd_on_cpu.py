@@ -177,6 +177,9 @@ def test_ttft_splits_into_the_prefill_the_kv_wait_and_what_follows(pd):
     timing.RESULTS[pd.case] = split
     assert split.requests == TIMED_PROMPTS
     assert split.kv_waits == TIMED_PROMPTS, "D did not report a KV wait for every request"
+    assert split.exposed_count == TIMED_PROMPTS, "D did not measure the exposed transfer of every request"
+    if pd.mode == "pull":  # D starts reading after P's prefill has ended: all of its wait is exposed, and more
+        assert split.exposed >= split.kv_wait, split
     assert 0 < split.prefill and 0 < split.kv_wait < split.ttft, split
     if pd.mode == "pull":  # in push mode P answers whenever its step ends, possibly after D's first token
         assert split.prefill < split.ttft, split

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .stack import LOGS, http_text, metric
 
 _PROXY = ("ascend_pd_proxy_first_token_seconds", "ascend_pd_proxy_prefill_seconds")
-_DECODE = ("vllm:ascend_pd_kv_wait_seconds",)
+_DECODE = ("vllm:ascend_pd_kv_wait_seconds", "vllm:ascend_pd_kv_exposed_seconds")
 
 
 def snapshot(proxy_url: str, decode_url: str) -> dict[str, float]:
@@ -34,13 +34,16 @@ class TtftSplit:
     prefill: float  # the proxy's P call, send to answer
     kv_wait: float  # D's worker: request taken up -> all its KV in place
     kv_waits: int
+    exposed: float  # P's prefill end -> all its KV in place on D
+    exposed_count: int
 
     @classmethod
     def between(cls, before: dict, after: dict, mode: str, prompt_tokens: int) -> "TtftSplit":
         ttft, requests = _mean(before, after, _PROXY[0])
         prefill, _ = _mean(before, after, _PROXY[1])
         kv_wait, kv_waits = _mean(before, after, _DECODE[0])
-        return cls(mode, requests, prompt_tokens, ttft, prefill, kv_wait, kv_waits)
+        exposed, exposed_count = _mean(before, after, _DECODE[1])
+        return cls(mode, requests, prompt_tokens, ttft, prefill, kv_wait, kv_waits, exposed, exposed_count)
 
     @property
     def kv_in_place(self) -> float:
@@ -61,11 +64,11 @@ def report() -> str:
     if not RESULTS:
         return ""
     ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
-    lines = ["| case | prompt tokens | TTFT ms | P call ms | KV wait on D ms | after KV ms |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| case | prompt tokens | TTFT ms | P call ms | KV wait on D ms | exposed transfer ms | after KV ms |",
+             "|---|---|---|---|---|---|---|"]
     for case, split in RESULTS.items():
         lines.append(f"| {case} | {split.prompt_tokens} | {ms(split.ttft)} | {ms(split.prefill)} | "
-                     f"{ms(split.kv_wait)} | {ms(split.after_kv)} |")
+                     f"{ms(split.kv_wait)} | {ms(split.exposed)} | {ms(split.after_kv)} |")
     for pull_case, split in RESULTS.items():
         push_case = pull_case.replace("-pull", "-push")
         if split.mode == "pull" and push_case != pull_case and push_case in RESULTS:
