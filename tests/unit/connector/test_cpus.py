@@ -56,6 +56,23 @@ def test_the_job_and_notice_threads_of_a_worker_run_on_every_cpu(pinned_like_vll
         worker.shutdown()
 
 
+def thread_niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+def test_threads_that_wait_on_transfers_run_below_the_engines_priority():
+    """Mooncake's sync batches poll without a pause: the threads that wait on them must not take the engine's core."""
+    config = parse_config("kv_consumer", "decode-0", 26310, {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}})
+    worker = PullWorker(config, "127.0.0.1", 0, 0, num_kv_heads=4, is_mla=False)
+    try:
+        engine = thread_niceness()
+        assert worker.jobs.submit(thread_niceness).result(timeout=10) == min(19, engine + cpus.TRANSFER_THREAD_NICENESS)
+        assert worker.notices.submit(thread_niceness).result(timeout=10) == engine
+        assert thread_niceness() == engine  # the caller's own priority is untouched
+    finally:
+        worker.shutdown()
+
+
 def test_the_side_channel_and_its_zmq_io_thread_run_on_every_cpu(pinned_like_vllm, monkeypatch):
     monkeypatch.setattr(side_channel, "_context", None)  # a fresh context, started from the pinned thread
     with socket.socket() as probe:
