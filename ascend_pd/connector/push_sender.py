@@ -120,12 +120,12 @@ class PushSender(WorkerSide):
             if out is None:
                 return
             out.prefilled = True
-            last_layer = out.jobs[-1].written if out.jobs else None
-            out.prefilled_at = self._clock.submit(self._computed_at, last_layer)
             if not out.targets:  # no decode rank reads from this rank
                 self.served.add(out.request_id)
                 del self._outgoing[send.transfer_id]
                 return
+            last_layer = out.jobs[-1].written if out.jobs else None
+            out.prefilled_at = self._clock.submit(self._computed_at, last_layer)
         for rank in list(out.targets):
             self._maybe_finalize(out, rank)
 
