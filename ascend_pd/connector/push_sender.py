@@ -14,6 +14,7 @@ import msgspec
 from ascend_pd import kernels
 from ascend_pd.connector import messages
 from ascend_pd.connector.config import ENGINE_GRACE_S
+from ascend_pd.connector.cpus import start_transfer_thread
 from ascend_pd.connector.metadata import AscendPDMetadata, PushSend
 from ascend_pd.connector.routes import LayoutMismatch, check_block_ids, check_compatible, direct_copies, route
 from ascend_pd.connector.transport import Span, TransferFailed
@@ -70,6 +71,12 @@ class PushSender(WorkerSide):
         # Notes when a prompt's last layer is in memory (a device wait), never queued behind the writes.
         self._clock = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-pd-clock",
                                          initializer=self._start_job_thread)
+
+    def _start_job_thread(self) -> None:
+        # The writes wait on the Transfer Engine on these threads while the prefill computes: they run below it.
+        # (Only here: a decode rank that reads while both engines' OpenMP teams spin on every core would starve.)
+        start_transfer_thread()
+        self.device.bind_thread()
 
     def targets(self, transfer_id: str) -> dict[int, _Target]:
         """The decode ranks that read (part of) their KV from this prefill rank for a transfer."""

@@ -9,7 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
-from ascend_pd.connector.cpus import start_transfer_thread
+from ascend_pd.connector.cpus import unpin_current_thread
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Transport:
         self.session = f"{host}:{self._engine.get_rpc_port()}"
         self._registered: list[int] = []
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-pd-transfer",
-                                        initializer=start_transfer_thread)
+                                        initializer=unpin_current_thread)
 
     def register(self, regions: list[tuple[int, int]], limit: int | None = None) -> int:
         """Register memory for transfers, merging contiguous regions first; returns how many are registered.

@@ -11,7 +11,7 @@ from typing import Any
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.config import ENGINE_GRACE_S, ConnectorConfig
-from ascend_pd.connector.cpus import shared_cores_warning, spread_threads, start_transfer_thread, unpin_current_thread
+from ascend_pd.connector.cpus import shared_cores_warning, spread_threads, unpin_current_thread
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
@@ -71,7 +71,7 @@ class WorkerSide:
         self.trace = Trace.from_env(config.engine_id, tp_rank)
 
     def _start_job_thread(self) -> None:
-        start_transfer_thread()  # push writes wait on the Transfer Engine on these threads
+        unpin_current_thread()
         self.device.bind_thread()
 
     # ---- registration and handshakes ----

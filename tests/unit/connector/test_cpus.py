@@ -60,10 +60,13 @@ def thread_niceness() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
-def test_threads_that_wait_on_transfers_run_below_the_engines_priority():
+def test_push_writer_threads_run_below_the_engines_priority():
     """Mooncake's sync batches poll without a pause: the threads that wait on them must not take the engine's core."""
-    config = parse_config("kv_consumer", "decode-0", 26310, {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}})
-    worker = PullWorker(config, "127.0.0.1", 0, 0, num_kv_heads=4, is_mla=False)
+    from ascend_pd.connector.push_sender import PushSender
+
+    config = parse_config("kv_producer", "prefill-0", 26310, {"mode": "push", "prefill": {"tp_size": 1},
+                                                              "decode": {"tp_size": 1}})
+    worker = PushSender(config, "127.0.0.1", 0, 0, num_kv_heads=4, is_mla=False)
     try:
         engine = thread_niceness()
         assert worker.jobs.submit(thread_niceness).result(timeout=10) == min(19, engine + cpus.TRANSFER_THREAD_NICENESS)
