@@ -100,12 +100,10 @@ class PullWorker(WorkerSide):
                 return
             self.stats.record_wait(time.monotonic() - pending.taken_up)
             if recv.prefilled_at is not None and pending.started_at is not None:
-                now = time.time()
-                self.stats.record_request(now - recv.prefilled_at, now - pending.started_at, pending.nbytes)
+                now = self.record_arrival(recv.request_id, recv.prefilled_at, pending.started_at, pending.nbytes)
                 if self.trace is not None:
                     self.trace.event("read", start=pending.started_at, end=now, request=recv.request_id,
                                      bytes=pending.nbytes)
-                    self.trace.event("kv_whole", at=now, request=recv.request_id, prefilled_at=recv.prefilled_at)
             self.received.add(recv.request_id)
 
     def _fail(self, pending: _Pending, reason: str) -> None:

@@ -108,12 +108,8 @@ class PushReceiver(WorkerSide):
             if incoming.ok:
                 self.stats.record_wait(time.monotonic() - incoming.taken_up)
                 if incoming.timed and incoming.nbytes:
-                    now = time.time()
-                    self.stats.record_request(now - incoming.prefilled_at, now - incoming.first_write_at,
-                                              incoming.nbytes)
-                    if self.trace is not None:
-                        self.trace.event("kv_whole", at=now, request=incoming.request_id,
-                                         prefilled_at=incoming.prefilled_at)
+                    self.record_arrival(incoming.request_id, incoming.prefilled_at, incoming.first_write_at,
+                                        incoming.nbytes)
             else:
                 logger.error("AscendPD: request %s: a prefill rank of %s reported a failed push",
                              incoming.request_id, incoming.peer)

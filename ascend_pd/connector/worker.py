@@ -141,6 +141,15 @@ class WorkerSide:
             return False
         return True
 
+    def record_arrival(self, request_id: str, prefilled_at: float, first_byte_at: float, nbytes: int) -> float:
+        """A request's whole prompt KV is on this decode rank now (caller holds the lock): tally the transfer it
+        exposed after P's prefill ended and the transfer's own span (wall clock, as P stamped its end); the time."""
+        now = time.time()
+        self.stats.record_request(now - prefilled_at, now - first_byte_at, nbytes)
+        if self.trace is not None:
+            self.trace.event("kv_whole", at=now, request=request_id, prefilled_at=prefilled_at)
+        return now
+
     def record(self, result: BatchResult) -> int:
         """Tally a finished batch; its bytes."""
         if not result.copies:
