@@ -49,8 +49,11 @@ from ascend_pd.proxy.event_loop import EVENT_LOOPS
               help="seconds between reads of every backend's vLLM /metrics (requests running and waiting), so "
                    "proxy replicas sharing backends route around each other's load (0: off, own load only)")
 @click.option("--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
-              help="enables /admin/backends (add, drain, remove) for 'Authorization: Bearer <token>' "
+              help="enables /admin/backends (add, drain, remove) and GET /v1/workload (the live workload, what "
+                   "`ascend-pd replan --observed` reads) for 'Authorization: Bearer <token>' "
                    "[env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
+@click.option("--workload-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="seconds of finished requests GET /v1/workload summarises")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="worker processes sharing the port, each an event loop on its own core, routing with one shared "
                    "view of backend load [default: the cores this process may use]")
@@ -61,13 +64,13 @@ from ascend_pd.proxy.event_loop import EVENT_LOOPS
 @input_errors_exit_2
 def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
-              prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workers, event_loop,
-              log_level):
+              prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workload_window,
+              workers, event_loop, log_level):
     """Serve an OpenAI-compatible proxy that runs each request through a prefill and a decode instance.
 
     Backends come from --deployment FILE, or from --prefill/--decode/--colocated URLs. Endpoints:
     POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
-    POST /v1/metaserver (layerwise), and /admin/backends when an admin token is set.
+    POST /v1/metaserver (layerwise), and /admin/backends and GET /v1/workload when an admin token is set.
     """
     from ascend_pd.proxy.app import Proxy
     from ascend_pd.proxy.backend_choice import choose_backends
@@ -82,7 +85,7 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
         max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
         health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,
-        metaserver_url=chosen.metaserver_url)
+        workload_window=workload_window, metaserver_url=chosen.metaserver_url)
 
     def make_proxy(siblings: Siblings | None) -> Proxy:
         tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import time
 from typing import Any
 
 import msgspec
@@ -12,6 +13,7 @@ from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.wire.server import Handler, Request, Response
+from ascend_pd.proxy.workload_window import WorkloadWindow, encode_samples, summarise
 
 
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
@@ -19,8 +21,14 @@ class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
     role: str | None = None
 
 
-def admin_routes(pool: BackendPool, token: str) -> dict[tuple[str, str], Handler]:
+def workload_document(pool: BackendPool, window: WorkloadWindow, samples) -> dict:
+    """GET /v1/workload's answer over `samples` (this worker's, or every worker's)."""
+    return summarise(samples, window.seconds, window.started_at, time.time(), [b.describe() for b in pool.all()])
+
+
+def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = None) -> dict[tuple[str, str], Handler]:
     """(method, path) -> handler of every admin endpoint."""
+    window = window or WorkloadWindow()
     expected = f"Bearer {token}".encode()
 
     def authorized(request: Request) -> None:
@@ -61,7 +69,16 @@ def admin_routes(pool: BackendPool, token: str) -> dict[tuple[str, str], Handler
         authorized(request)
         return _json([b.describe() for b in pool.all()])
 
-    return {("GET", "/admin/backends"): listing, ("POST", "/admin/backends"): add,
+    async def workload(request: Request) -> Response:
+        authorized(request)
+        return _json(workload_document(pool, window, window.samples()))
+
+    async def workload_samples(request: Request) -> Response:
+        authorized(request)
+        return Response(encode_samples(window.samples()))
+
+    return {("GET", "/v1/workload"): workload, ("GET", "/v1/workload/samples"): workload_samples,
+            ("GET", "/admin/backends"): listing, ("POST", "/admin/backends"): add,
             ("POST", "/admin/backends/drain"): drain, ("POST", "/admin/backends/remove"): remove}
 
 

@@ -12,7 +12,7 @@ from functools import partial
 import aiohttp
 import msgspec
 
-from ascend_pd.proxy.admin import admin_routes
+from ascend_pd.proxy.admin import admin_routes, workload_document
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.endpoints import Endpoint
@@ -32,6 +32,7 @@ from ascend_pd.proxy.siblings import SharedLoad, Siblings
 from ascend_pd.proxy.tokens import EstimatedTokens, TokenCounter
 from ascend_pd.proxy.upstream import make_client
 from ascend_pd.proxy.wire.server import Handler, HttpServer, Request, Response, Stream
+from ascend_pd.proxy.workload_window import EventCounter, RequestSample, WorkloadWindow, completion_tokens
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts with inline images fit; anything larger is refused with a 413
 
@@ -49,6 +50,7 @@ class Proxy:
             self.pool.add(endpoint)
         self.inflight = 0
         self.metrics = ProxyMetrics(self.pool, inflight=lambda: self.inflight)
+        self.window = WorkloadWindow(settings.workload_window)
         self.metaserver = Metaserver()
         self.policies = {"prefill": make_policy(settings.prefill_policy, "prefill policy"),
                          "decode": make_policy(settings.decode_policy, "decode policy"),
@@ -84,10 +86,11 @@ class ProxyServer:
             ("POST", "/v1/metaserver"): partial(_metaserver, proxy),
         }
         if proxy.settings.admin_token:
-            self.routes.update(admin_routes(proxy.pool, proxy.settings.admin_token))
+            self.routes.update(admin_routes(proxy.pool, proxy.settings.admin_token, proxy.window))
         if siblings is not None:
             self.routes = share_with_siblings(self.routes, siblings, lambda: proxy.control,
-                                              proxy.settings.timeouts.health)
+                                              proxy.settings.timeouts.health,
+                                              partial(workload_document, proxy.pool, proxy.window))
         self._paths = {path for _, path in self.routes}
         self.http = HttpServer(self._dispatch, MAX_BODY_BYTES)
         self.private = HttpServer(self._dispatch, MAX_BODY_BYTES) if siblings is not None else None
@@ -140,17 +143,34 @@ async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
     endpoint = request.path
     if proxy.inflight >= proxy.settings.max_inflight:
         proxy.metrics.request_outcome(endpoint, "429").inc()
+        proxy.window.add(RequestSample(time.time(), 0, -1, -1.0, -1.0, False))  # demand all the same
         raise ClientError(429, f"the proxy is at its limit of {proxy.settings.max_inflight} requests in flight",
                           "rate_limit_exceeded", retry_after=proxy.settings.retry_after_seconds)
-    arrived = time.perf_counter()
+    arrived, arrived_wall = time.perf_counter(), time.time()
     proxy.inflight += 1
     outcome = "cancelled"  # stays so if the client leaves before an answer
+    prompt_tokens, output_tokens, ttft, tpot = 0, -1, -1.0, -1.0
     try:
         ctx = _context(request, proxy)
+        prompt_tokens = ctx.route.tokens
         opened = await serve(ctx, proxy.env, proxy.mode_now())
-        proxy.metrics.first_token_seconds.observe(time.perf_counter() - arrived)
-        response = await relay(request, opened, proxy.metrics)
+        first_at = time.perf_counter()
+        proxy.metrics.first_token_seconds.observe(first_at - arrived)
+        events = EventCounter()
+        streaming = opened.streaming
+        whole = opened.first
+        response = await relay(request, opened, proxy.metrics, events)
         outcome = "200"
+        if streaming:
+            ttft = first_at - arrived
+            output_tokens = events.tokens(done_seen=True)
+            if output_tokens >= 2:
+                tpot = (events.last_at - first_at) / (output_tokens - 1)
+                proxy.metrics.time_per_output_token.observe(tpot)
+        else:
+            output_tokens = completion_tokens(whole)
+        if output_tokens >= 0:
+            proxy.metrics.output_tokens.observe(output_tokens)
         return response
     except ClientError as exc:
         outcome = str(exc.status)
@@ -158,6 +178,9 @@ async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
     finally:
         proxy.inflight -= 1
         proxy.metrics.request_outcome(endpoint, outcome).inc()
+        if outcome != "400":  # a request the proxy refused to read is no part of the workload
+            proxy.metrics.prompt_tokens.observe(prompt_tokens)
+            proxy.window.add(RequestSample(arrived_wall, prompt_tokens, output_tokens, ttft, tpot, outcome == "200"))
 
 
 def _context(request: Request, proxy: Proxy) -> RequestContext:

@@ -9,6 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from ascend_pd.proxy.backends import BackendPool
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TOKEN_BUCKETS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2)
 
 
 class _BackendCollector:
@@ -77,6 +79,13 @@ class ProxyMetrics:
         self.first_token_seconds = Histogram("ascend_pd_proxy_first_token_seconds",
                                              "arrival to the first byte of the answer (TTFT at the proxy)",
                                              registry=r, buckets=LATENCY_BUCKETS)
+        self.prompt_tokens = Histogram("ascend_pd_proxy_prompt_tokens", "prompt tokens per request (as counted "
+                                       "for routing)", registry=r, buckets=TOKEN_BUCKETS)
+        self.output_tokens = Histogram("ascend_pd_proxy_output_tokens", "output tokens per answered request",
+                                       registry=r, buckets=TOKEN_BUCKETS)
+        self.time_per_output_token = Histogram("ascend_pd_proxy_time_per_output_token_seconds",
+                                               "TPOT of streamed answers at the proxy: first to last token over the "
+                                               "tokens after the first", registry=r, buckets=TPOT_BUCKETS)
         r.register(_BackendCollector(pool))
         self.request_outcome = LabelledChildren(self.requests)
         self.routed_to = LabelledChildren(self.routed)

@@ -7,6 +7,7 @@ from ascend_pd.proxy.failures import sse_error_event
 from ascend_pd.proxy.metrics import ProxyMetrics
 from ascend_pd.proxy.upstream import TRANSPORT_ERRORS, Opened
 from ascend_pd.proxy.wire.server import Request, Response, Stream
+from ascend_pd.proxy.workload_window import EventCounter
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DONE_MARK = b"[DONE]"
@@ -14,21 +15,25 @@ DONE_EVENT = b"data: [DONE]\n\n"  # the last event of an OpenAI stream: nothing 
 TAIL = len(DONE_EVENT)
 
 
-async def relay(request: Request, opened: Opened, metrics: ProxyMetrics) -> Response | Stream:
+async def relay(request: Request, opened: Opened, metrics: ProxyMetrics,
+                events: EventCounter | None = None) -> Response | Stream:
+    """`events`, when given, counts the stream's events as they pass (the workload window's output tokens)."""
+    events = events or EventCounter()
     try:
         if not opened.streaming:
             return Response(opened.first)
         stream = request.stream(200, SSE_HEADERS)
         if opened.response is None:  # the whole stream is already here
+            events.feed(opened.first)
             await stream.end(opened.first)
         else:
-            await _relay_stream(stream, opened, metrics)
+            await _relay_stream(stream, opened, metrics, events)
         return stream
     finally:
         opened.close()
 
 
-async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics) -> None:
+async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics, events: EventCounter) -> None:
     """Each backend chunk goes to the client from inside the backend connection's callback (Response.pipe), so a
     token costs one read and one write. The last event and the end of the body go out in one write as soon as
     [DONE] is seen; the backend's own end of body is still awaited before returning, so its load stays accounted
@@ -38,6 +43,7 @@ async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics) -
 
     def forward(chunk: bytes) -> None:
         nonlocal tail
+        events.feed(chunk)
         if stream.ended:  # nothing may follow [DONE]: whatever does is dropped
             return
         tail = chunk[-TAIL:] if len(chunk) >= TAIL else (tail + chunk)[-TAIL:]

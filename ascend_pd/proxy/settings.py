@@ -41,6 +41,7 @@ class ProxySettings:
     breaker_open_seconds: float = 10.0
     handoff_grace: float = 30.0  # how long a D whose client left may run to pull and free P's KV (pull mode)
     admin_token: str | None = None
+    workload_window: float = 60.0  # seconds of finished requests GET /v1/workload summarises
     metaserver_url: str | None = None  # layerwise: where D posts its block coordinates
 
 

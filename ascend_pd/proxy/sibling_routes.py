@@ -3,14 +3,17 @@ worker, a metaserver post finds the worker whose request waits for it, and /metr
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import aiohttp
+import msgspec
 
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.metrics import merge_expositions
 from ascend_pd.proxy.siblings import SIBLING_HEADER, Siblings
 from ascend_pd.proxy.wire.server import Handler, Request, Response
+from ascend_pd.proxy.workload_window import RequestSample, decode_samples
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # what a worker may answer to an admin change it already has: a drained or removed backend it no longer knows
@@ -18,8 +21,11 @@ CONFIRMS = {"/admin/backends": {200}, "/admin/backends/drain": {200, 404}, "/adm
 
 
 def share_with_siblings(routes: dict[tuple[str, str], Handler], siblings: Siblings,
-                        session: Callable[[], aiohttp.ClientSession], timeout: float) -> dict[tuple[str, str], Handler]:
-    """`routes` with admin changes, the metaserver and /metrics made host-wide; the rest unchanged."""
+                        session: Callable[[], aiohttp.ClientSession], timeout: float,
+                        workload_of: Callable[[list[RequestSample]], dict] | None = None,
+                        ) -> dict[tuple[str, str], Handler]:
+    """`routes` with admin changes, the metaserver, /metrics and the workload window made host-wide; the rest
+    unchanged. `workload_of` summarises samples into GET /v1/workload's answer."""
 
     def relayed(request: Request) -> bool:
         return SIBLING_HEADER.lower() in request.headers
@@ -59,10 +65,27 @@ def share_with_siblings(routes: dict[tuple[str, str], Handler], siblings: Siblin
         others = [body for status, body in await tell_siblings(request) if status == 200]
         return Response(merge_expositions([local.body, *others]), content_type=METRICS_TYPE)
 
+    async def workload(request: Request) -> Response:
+        local = await routes[("GET", "/v1/workload/samples")](request)  # refused here (401): refused everywhere
+        samples = decode_samples(local.body)
+        answers = await tell_siblings(_as_path(request, "/v1/workload/samples"))
+        for status, body in answers:
+            if status != 200:
+                raise ClientError(502, f"{sum(s != 200 for s, _ in answers)} of {siblings.load.workers - 1} other "
+                                       "workers did not share their requests; ask again", "partial_workload")
+            samples += decode_samples(body)
+        return Response(msgspec.json.encode(workload_of(samples)))
+
     shared = dict(routes)
+    if workload_of is not None and ("GET", "/v1/workload") in routes:
+        shared[("GET", "/v1/workload")] = workload
     for (method, path), handler in routes.items():
         if method == "POST" and path in CONFIRMS:
             shared[(method, path)] = admin_change(handler, CONFIRMS[path])
     shared[("POST", "/v1/metaserver")] = metaserver
     shared[("GET", "/metrics")] = metrics
     return shared
+
+
+def _as_path(request: Request, path: str) -> Request:
+    return dataclasses.replace(request, path=path)

@@ -162,3 +162,14 @@ async def test_workers_stop_when_their_supervisor_is_killed():
     finally:
         for engine in proxy.engines:
             await engine.stop()
+
+
+@pytest.mark.asyncio
+async def test_the_workload_window_counts_every_workers_requests():
+    async with Workers(await engines()) as proxy:
+        await asyncio.gather(*(proxy.complete(f"prompt {i}", max_tokens=5) for i in range(30)))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(proxy.url + "/v1/workload", headers=ADMIN) as answer:
+                assert answer.status == 200
+                seen = await answer.json()
+    assert seen["requests"] == 30 and seen["output_tokens"]["mean"] == 5 and seen["streamed"] == 30

@@ -1,0 +1,136 @@
+"""The live workload as clients see it, over a sliding window: arrivals, prompt and output lengths, TTFT and TPOT.
+
+Each worker process keeps its own requests; `GET /v1/workload` gathers every worker's and summarises them together
+(percentiles do not add up, samples do). TTFT and TPOT come from streamed requests only: a non-streamed answer
+arrives whole, so the proxy cannot tell its first token from its last; such requests still count for the rate and
+the lengths.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Iterable
+
+import msgspec
+import numpy as np
+
+WINDOW_SECONDS = 60.0
+MAX_SAMPLES = 200_000  # per worker: a 3,000 requests/s proxy keeps a full minute
+QUANTILES = (50, 90, 99)
+
+
+class RequestSample(msgspec.Struct, array_like=True, frozen=True):
+    """One finished client request. Times are wall clock (seconds), so the workers' samples line up."""
+
+    at: float  # arrival
+    prompt_tokens: int
+    output_tokens: int  # -1: not known (the answer failed)
+    ttft: float  # -1: not streamed, or failed
+    tpot: float  # -1: not streamed, fewer than two tokens, or failed
+    ok: bool
+
+
+class UsageOnly(msgspec.Struct):
+    """The part of a non-streamed OpenAI answer the window reads."""
+
+    class Usage(msgspec.Struct):
+        completion_tokens: int = -1
+
+    usage: Usage | None = None
+
+
+_usage_decoder = msgspec.json.Decoder(UsageOnly)
+
+
+def completion_tokens(body: bytes) -> int:
+    """Output tokens of a whole (non-streamed) answer from its `usage`, -1 when it has none."""
+    try:
+        answer = _usage_decoder.decode(body)
+    except msgspec.DecodeError:
+        return -1
+    return answer.usage.completion_tokens if answer.usage is not None else -1
+
+
+class EventCounter:
+    """Counts the SSE data events of a stream as its chunks pass (one per token in vLLM's streams, bar the final
+    [DONE]) and notes when the last one came. A `data: ` split across two chunks is still counted once."""
+
+    MARK = b"data: "
+
+    def __init__(self):
+        self.events = 0
+        self.last_at = 0.0
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> None:
+        joined = self._tail + chunk
+        self.events += joined.count(self.MARK) - self._tail.count(self.MARK)
+        self._tail = joined[-(len(self.MARK) - 1):]
+        self.last_at = time.perf_counter()
+
+    def tokens(self, done_seen: bool) -> int:
+        return max(0, self.events - (1 if done_seen else 0))
+
+
+class WorkloadWindow:
+    """This worker's finished requests of the last `seconds`."""
+
+    def __init__(self, seconds: float = WINDOW_SECONDS, clock=time.time):
+        self.seconds = seconds
+        self._clock = clock
+        self.started_at = clock()
+        self._samples: collections.deque[RequestSample] = collections.deque(maxlen=MAX_SAMPLES)
+
+    def add(self, sample: RequestSample) -> None:
+        self._samples.append(sample)
+        self._prune(self._clock())
+
+    def samples(self) -> list[RequestSample]:
+        self._prune(self._clock())
+        return list(self._samples)
+
+    def _prune(self, now: float) -> None:
+        horizon = now - self.seconds
+        while self._samples and self._samples[0].at < horizon:
+            self._samples.popleft()
+
+
+def _distribution(values: np.ndarray) -> dict[str, float] | None:
+    if values.size == 0:
+        return None
+    summary = {"mean": float(values.mean())}
+    summary.update({f"p{q}": float(np.percentile(values, q)) for q in QUANTILES})
+    return summary
+
+
+def summarise(samples: Iterable[RequestSample], window: float, started_at: float, now: float,
+              backends: list[dict]) -> dict:
+    """The window as one JSON-ready document: what `ascend-pd replan --observed` reads."""
+    samples = [s for s in samples if s.at >= now - window]
+    observed = max(1e-9, min(window, now - started_at))
+    ok = [s for s in samples if s.ok]
+    outputs = np.array([s.output_tokens for s in ok if s.output_tokens >= 0], dtype=float)
+    ttft = np.array([s.ttft for s in ok if s.ttft >= 0], dtype=float)
+    tpot = np.array([s.tpot for s in ok if s.tpot >= 0], dtype=float)
+    return {
+        "window_seconds": window,
+        "observed_seconds": observed,
+        "requests": len(samples),
+        "failed": len(samples) - len(ok),
+        "rate_rps": len(samples) / observed,
+        "prompt_tokens": _distribution(np.array([s.prompt_tokens for s in samples], dtype=float)),
+        "output_tokens": _distribution(outputs),
+        "ttft_seconds": _distribution(ttft),
+        "tpot_seconds": _distribution(tpot),
+        "streamed": int(ttft.size),
+        "backends": backends,
+    }
+
+
+def encode_samples(samples: list[RequestSample]) -> bytes:
+    return msgspec.json.encode(samples)
+
+
+def decode_samples(body: bytes) -> list[RequestSample]:
+    return msgspec.json.decode(body, type=list[RequestSample])
