@@ -21,6 +21,8 @@ COMMANDS = {
     "plan": "ascend_pd.cli.plan:plan_cmd",
     "simulate": "ascend_pd.cli.simulate:simulate_cmd",
     "calibrate": "ascend_pd.cli.calibrate:calibrate_cmd",
+    "replan": "ascend_pd.cli.replan:replan_cmd",
+    "autoscale": "ascend_pd.cli.autoscale:autoscale_cmd",
 }
 
 

@@ -45,6 +45,10 @@ class CostModel:
     quantization: str = "bf16"
     kv_dtype: str = "bf16"
     calibration: Calibration | None = None
+    # What a running deployment showed against these estimates (ascend_pd.planner.replan): prefill and decode
+    # times are multiplied by them. 1 for a plan, which has nothing observed yet.
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
 
     @cached_property
     def cal(self) -> Calibration:
@@ -161,7 +165,7 @@ class CostModel:
         step = self._step_overhead(len(prompt_lens))
         parts = {"compute": compute, "weights_read": memory, **comm, "communication_exposed": exposed,
                  "layer_overhead": layers, "step_overhead": step}
-        return Breakdown(busy + exposed + layers + step, parts)
+        return Breakdown((busy + exposed + layers + step) * self.prefill_scale, parts)
 
     def prefill_step_timer(self, shape: Shape) -> Callable[[float, float, int], float]:
         """prefill_time(shape, prompts).total as a function of the batch's tokens, the sum of its prompts' squared
@@ -182,7 +186,7 @@ class CostModel:
         comm_fixed = sum(self._collectives(shape, 0.0, links).values())
         comm_per_token = sum(self._collectives(shape, 1.0, links).values()) - comm_fixed
         fixed = m.num_layers * self._layer_overhead(graph=False) + cal.step_overhead_s
-        imbalance, overlap = self._imbalance, cal.prefill_overlap
+        imbalance, overlap, scale = self._imbalance, cal.prefill_overlap, self.prefill_scale
 
         def step(tokens: float, square_sum: float, count: int) -> float:
             compute = tokens * (other + expert * imbalance(shape, tokens * group)) + attention * square_sum
@@ -190,7 +194,7 @@ class CostModel:
             busy = max(compute, memory)
             comm = comm_fixed + comm_per_token * tokens
             exposed = max(0.0, comm - busy) if overlap else comm
-            return busy + exposed + fixed + count * cal.sampling_per_token_s
+            return (busy + exposed + fixed + count * cal.sampling_per_token_s) * scale
 
         return step
 
@@ -198,7 +202,7 @@ class CostModel:
         """What a chunk of `chunk_tokens` prompt tokens adds to a decode step that already reads the weights: its
         compute, at the attention cost of a `prompt_len`-token prompt."""
         compute = self.prefill_time(shape, [prompt_len]).parts["compute"]
-        return compute * chunk_tokens / prompt_len
+        return compute * chunk_tokens / prompt_len * self.prefill_scale
 
     # --- decode ----------------------------------------------------------------------------------------------
     def decode_step(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0) -> Breakdown:
@@ -231,7 +235,7 @@ class CostModel:
             draft = mtp * per_pass
         parts = {"compute": compute, "weights_read": weights, "kv_read": kv, **comm, "layer_overhead": layers,
                  "step_overhead": step, "mtp_draft": draft}
-        return Breakdown(main + draft, parts)
+        return Breakdown((main + draft) * self.decode_scale, parts)
 
     def tpot(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0,
              acceptance: float = 0.0) -> float:

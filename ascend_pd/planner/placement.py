@@ -42,7 +42,7 @@ def _draft_args(role: str, mtp: int) -> list[str]:
     return ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": tokens})]
 
 
-def _vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
+def vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
     extra = _draft_args(option.role, req.mtp)
     if option.role == "prefill":
         full_length = cost.memory(option.shape).kv_capacity_tokens // req.max_model_len
@@ -82,7 +82,7 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
             instances.append(Instance(
                 name=name, role=option.role, parallel=Parallel(tp=shape.tp, dp=shape.dp, ep=shape.ep, pp=shape.pp),
                 devices=_placements(devices, shape.tp), http_port=http_port, kv_port=kv_port, engine_id=name,
-                vllm=_vllm_args(cost, option, req)))
+                vllm=vllm_args(cost, option, req)))
     protocol = "ascend" if "ascend" in cluster.protocols else cluster.protocols[0]
     model = cost.model
     return Deployment(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 
@@ -84,9 +84,10 @@ def candidate_shapes(cost: CostModel, budget: int, max_model_len: int) -> list[S
     return shapes
 
 
-def evaluate_options(cost: CostModel, req: Requirements, budget: int,
-                     progress: Progress | None = None) -> dict[str, list[Option]]:
-    shapes = candidate_shapes(cost, budget, req.max_model_len)
+def evaluate_options(cost: CostModel, req: Requirements, budget: int, progress: Progress | None = None,
+                     only: Collection[Shape] | None = None) -> dict[str, list[Option]]:
+    """Options of every candidate shape, or of the shapes in `only` (a re-plan keeps a deployment's shapes)."""
+    shapes = [s for s in candidate_shapes(cost, budget, req.max_model_len) if only is None or s in only]
     if not shapes:
         raise InputError(f"{cost.model.id} ({cost.quantization}) does not fit {budget} {cost.chip.id} devices with "
                          f"max_model_len {req.max_model_len}", field="--devices",
@@ -177,11 +178,11 @@ def choose(options: dict[str, list[Option]], budget: int, rate: float | None,
 
 
 def search(cost: CostModel, req: Requirements, budget: int, rate: float | None,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, only: Collection[Shape] | None = None) -> SearchResult:
     """Plan one serving group per SuperPoD when the budget spans several (identical groups), else one group. With a
-    target rate, as few groups as carry it."""
+    target rate, as few groups as carry it. `only` limits the instance shapes."""
     group_budget = min(budget, unit_devices(cost.cluster))
-    options = evaluate_options(cost, req, group_budget, progress)
+    options = evaluate_options(cost, req, group_budget, progress, only)
     if rate is None:
         units = budget // group_budget
         result = choose(options, group_budget, None)

@@ -1,0 +1,266 @@
+"""Re-plan a running deployment from what its proxy observed: fit the workload, correct the cost model by the TTFT and
+TPOT clients saw, size the deployment's own instance shapes for the observed rate with headroom (the planner's
+search, so the answer is what `ascend-pd plan --rate` gives for that workload), and propose the smallest change that
+gets there, or nothing when the gain is too small."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ascend_pd.deploy import LoadedDeployment
+from ascend_pd.deploy.schema import Deployment, Instance
+from ascend_pd.errors import InputError
+from ascend_pd.models import get_model
+from ascend_pd.perf.calibration import load_calibration
+from ascend_pd.perf.cost import CostModel
+from ascend_pd.planner.capacity import Option, Requirements
+from ascend_pd.planner.observed import Observed
+from ascend_pd.planner.placement import vllm_args
+from ascend_pd.planner.plan import PlanInputs, predict, requirements, settle
+from ascend_pd.planner.resize import RoleShape, Step, counts_of, resize, shape_of
+from ascend_pd.planner.search import Choice, evaluate_options, search
+
+HEADROOM = 0.2  # the re-plan sizes for the observed rate this much higher, so a slowly rising load does not miss
+MIN_GAIN = 0.05  # SLO attainment a change must add, at the design rate, when the deployment misses the SLO
+MIN_SAVING = 0.2  # share of devices a change must free when the deployment already meets the SLO
+CORRECTION_ROUNDS = 4
+SCALE_LIMITS = (0.05, 20.0)  # observed / estimated beyond these says the wrong model or cluster, not a correction
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Observed over estimated time of prefill and decode, found by predicting the running deployment at the
+    observed workload until its TTFT and TPOT medians match the observed ones."""
+
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+    note: str = "no streamed requests to compare with: the cost model as calibrated"
+
+
+@dataclass(frozen=True)
+class Figures:
+    label: str
+    devices: int
+    predicted: dict[str, Any]  # plan.predict's figures at the design rate
+
+
+@dataclass
+class Proposal:
+    observed: Observed
+    design_rate: float
+    correction: Correction
+    current: Figures
+    target: Figures | None
+    change: bool
+    reasons: list[str]
+    steps: list[Step] = field(default_factory=list)
+    deployment: Deployment | None = None  # after the change
+    capacity: list[dict[str, Any]] = field(default_factory=list)  # what each role sustains after each step
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "change": self.change,
+            "reasons": self.reasons,
+            "observed": self.observed.describe(),
+            "design_rate_rps": self.design_rate,
+            "correction": {"prefill_scale": self.correction.prefill_scale,
+                           "decode_scale": self.correction.decode_scale, "note": self.correction.note},
+            "current": _figures(self.current),
+            "target": _figures(self.target) if self.target else None,
+            "steps": [{"action": s.action, "instance": s.instance, "role": s.role, "replaces": s.replaces}
+                      for s in self.steps],
+            "capacity_during_change": self.capacity,
+        }
+
+
+def _figures(f: Figures) -> dict[str, Any]:
+    return {"instances": f.label, "devices": f.devices, **{k: f.predicted[k] for k in (
+        "slo_attainment", "goodput_rps", "ttft_ms", "tpot_ms", "rate_rps")}}
+
+
+def cost_model(loaded: LoadedDeployment, calibration: str | None = None) -> CostModel:
+    deployment = loaded.deployment
+    cluster = loaded.cluster()
+    try:
+        model = get_model(deployment.model.name)
+    except InputError as exc:
+        raise InputError(exc.message, file=loaded.source, field="model.name", fix=exc.fix) from None
+    return CostModel(model, cluster.chip, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype,
+                     load_calibration(calibration, cluster.chip.id))
+
+
+def _deployed_option(instance: Instance) -> Option:
+    """The running instance as the predictor sees it: its shape and the batch limits it was launched with."""
+    args = instance.vllm
+    seqs, batched = args.max_num_seqs or 1, args.max_num_batched_tokens or 2048
+    if instance.role == "prefill":
+        return Option("prefill", shape_of(instance), 0.0, chunk_tokens=batched)
+    return Option(instance.role, shape_of(instance), 0.0, batch_per_rank=seqs,
+                  chunk_tokens=max(1, batched - seqs) if instance.role == "colocated" else 0)
+
+
+def deployed_choice(deployment: Deployment) -> Choice:
+    """The running deployment as a Choice of its most common shape per role (the predictor holds one shape a role)."""
+    roles = ("colocated",) if not deployment.by_role("prefill") else ("prefill", "decode")
+    instances = []
+    for role in roles:
+        members = deployment.by_role(role)
+        if not members:
+            raise InputError(f"the deployment has prefill instances but no {role} instance", field="instances",
+                             fix="re-plan a deployment that serves: P and D, or colocated instances")
+        common = Counter(shape_of(i) for i in members).most_common(1)[0][0]
+        instances.append((_deployed_option(next(i for i in members if shape_of(i) == common)), len(members)))
+    kind = "colocated" if roles == ("colocated",) else "disaggregated"
+    return Choice(kind, tuple(instances), 0.0, sum(i.device_count for i in deployment.instances))
+
+
+def correct(cost: CostModel, choice: Choice, req: Requirements, observed: Observed, budget: int) -> Correction:
+    if observed.ttft is None and observed.tpot is None:
+        return Correction()
+    scales = [1.0, 1.0]
+    for _ in range(CORRECTION_ROUNDS):
+        predicted = predict(replace(cost, prefill_scale=scales[0], decode_scale=scales[1]), choice, 1, req, budget,
+                            observed.rate)
+        if observed.tpot is not None:
+            scales[1] *= observed.tpot.p50 / (predicted["tpot_ms"] / 1e3)
+        if observed.ttft is not None:
+            scales[0] *= observed.ttft.p50 / (predicted["ttft_ms"]["p50"] / 1e3)
+        scales = [min(max(s, SCALE_LIMITS[0]), SCALE_LIMITS[1]) for s in scales]
+    if any(s in SCALE_LIMITS for s in scales):
+        raise InputError(f"the observed latencies are {scales[0]:.3g}x (prefill) and {scales[1]:.3g}x (decode) what "
+                         "the cost model gives for this deployment", file=observed.source, field="ttft_seconds",
+                         fix="check that --observed is this deployment's proxy, and --calibration its hardware")
+    return Correction(scales[0], scales[1], f"TTFT p50 and TPOT p50 of {observed.streamed} streamed requests")
+
+
+def _target_choice(cost: CostModel, req: Requirements, budget: int, rate: float,
+                   only: set | None) -> tuple[Choice, int]:
+    result = search(cost, req, budget, rate, only=only)
+    settle(cost, result, req, budget, rate)
+    return result.best, result.units
+
+
+def _counts(choice: Choice, units: int) -> Counter[RoleShape]:
+    return Counter({(o.role, o.shape): n * units for o, n in choice.instances})
+
+
+def _capacity_during(steps: list[Step], deployment: Deployment, after: Deployment,
+                     rates: dict[RoleShape, float]) -> list[dict[str, Any]]:
+    """Requests/s the deployment serves while each step runs: a flipped or stopped instance is gone from its drain
+    on, a started one counts once it has joined."""
+    planned = {i.name: (i.role, shape_of(i)) for i in after.instances}
+    live = {i.name: (i.role, shape_of(i)) for i in deployment.instances}
+    trail = []
+    for step in steps:
+        before = _serving_rate(live.values(), rates)
+        if step.action in ("flip", "stop"):
+            live.pop(step.replaces or step.instance)
+        trail.append({"step": step.describe(), "before_rps": before, "rate_rps": _serving_rate(live.values(), rates)})
+        if step.action in ("start", "flip"):
+            live[step.instance] = planned[step.instance]
+    return trail
+
+
+def _serving_rate(members, rates: dict[RoleShape, float]) -> float:
+    by_role: Counter[str] = Counter()
+    for key in members:
+        by_role[key[0]] += rates.get(key, 0.0)
+    pd = min(by_role["prefill"], by_role["decode"])
+    return pd if pd > 0 else by_role["colocated"]  # the proxy serves colocated only when no P/D pair is left
+
+
+def _unsafe(capacity: list[dict[str, Any]], load: float) -> dict[str, Any] | None:
+    """The first step that takes the served rate below the load (or below what was served, when that was already
+    short of the load)."""
+    return next((c for c in capacity if c["rate_rps"] < min(load, c["before_rps"]) - 1e-9), None)
+
+
+def _option_rates(cost: CostModel, req: Requirements, budget: int, keys) -> dict[RoleShape, float]:
+    options = evaluate_options(cost, req, budget, only={shape for _, shape in keys})
+    return {(o.role, o.shape): o.rate for role in options for o in options[role]}
+
+
+def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None = None, headroom: float = HEADROOM,
+           min_gain: float = MIN_GAIN, min_saving: float = MIN_SAVING) -> Proposal:
+    deployment = loaded.deployment
+    if deployment.slo is None:
+        raise InputError("the deployment has no SLO to re-plan for", file=loaded.source, field="slo",
+                         fix="add slo: {ttft_ms: ..., tpot_ms: ..., attainment: ...}")
+    cost = cost_model(loaded, calibration)
+    cluster = cost.cluster
+    budget = cluster.device_count
+    design_rate = observed.rate * (1 + headroom)
+    workload = observed.workload().model_copy(update={"rate": design_rate})
+    inputs = PlanInputs(workload, deployment.slo, rate=design_rate, kv_mode=deployment.connector.mode,
+                        cluster_ref=deployment.cluster)
+    req = requirements(cost, inputs)
+    current_choice = deployed_choice(deployment)
+    correction = correct(cost, current_choice, req, observed, budget)
+    cost = replace(cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
+    before = predict(cost, current_choice, 1, req, budget, design_rate)
+    current = Figures(current_choice.label(), current_choice.devices, before)
+    reasons = [f"observed {observed.describe()}; sized for {design_rate:.2f} req/s ({headroom:.0%} headroom)"]
+    required = deployment.slo.attainment
+
+    shapes = {shape_of(i) for i in deployment.instances}
+    try:
+        choice, units = _target_choice(cost, req, budget, design_rate, shapes)
+    except InputError:
+        try:
+            choice, units = _target_choice(cost, req, budget, design_rate, None)
+            reasons.append("the deployment's instance shapes cannot carry this load on the cluster; other shapes can")
+        except InputError as exc:
+            reasons.append(f"nothing on cluster '{cluster.name}' meets the SLO at this load: {exc.message}")
+            return Proposal(observed, design_rate, correction, current, None, False, reasons)
+    target_counts = _counts(choice, units)
+    after_choice = replace(choice, instances=tuple((o, n * units) for o, n in choice.instances),
+                           devices=choice.devices * units)
+    target = Figures(after_choice.label(), after_choice.devices, predict(cost, after_choice, 1, req, budget,
+                                                                       design_rate))
+    proposal = Proposal(observed, design_rate, correction, current, target, False, reasons)
+    if target_counts == counts_of(deployment):
+        reasons.append("the deployment already has the instances the plan gives for this workload")
+        return proposal
+    meets_now = before["slo_attainment"] >= required - 1e-9
+    gain = target.predicted["slo_attainment"] - before["slo_attainment"]
+    saving = 1 - target.devices / current.devices
+    if not meets_now and gain < min_gain:
+        reasons.append(f"the change would raise SLO attainment by {gain:.1%} only (threshold {min_gain:.0%})")
+        return proposal
+    if meets_now and saving < min_saving:
+        reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); the plan "
+                       f"would free {saving:.0%} of its devices (threshold {min_saving:.0%})")
+        return proposal
+
+    vllm = {(o.role, o.shape): vllm_args(cost, o, req) for o, _ in choice.instances}
+    rates = _option_rates(cost, req, budget, set(counts_of(deployment)) | set(target_counts))
+    short = None
+    for flips in (True, False):  # restarting instances in place is the smaller change; new devices may be safer
+        try:
+            new_deployment, steps = resize(deployment, cluster, target_counts, vllm, flips)
+        except InputError as exc:
+            short = short or {"step": "placement", "problem": exc.message}
+            continue
+        capacity = _capacity_during(steps, deployment, new_deployment, rates)
+        proposal.steps, proposal.deployment, proposal.capacity = steps, new_deployment, capacity
+        short = _unsafe(capacity, observed.rate)
+        if short is None:
+            break
+    if short is not None:
+        problem = short.get("problem") or (f"the deployment would serve {short['rate_rps']:.2f} req/s, below the "
+                                           f"{observed.rate:.2f} req/s arriving")
+        reasons.append(f"no safe order of steps: during '{short['step']}' {problem}")
+        proposal.steps, proposal.deployment = [], None
+        return proposal
+    proposal.change = True
+    reasons.append(("the deployment misses the SLO" if not meets_now else "the deployment meets the SLO with room to "
+                    "spare") + f": predicted attainment {before['slo_attainment']:.0%} -> "
+                   f"{target.predicted['slo_attainment']:.0%} on {current.devices} -> {target.devices} devices")
+    for (role, shape), n in sorted(target_counts.items(), key=lambda kv: kv[0][0]):
+        per = rates.get((role, shape), math.nan)
+        reasons.append(f"{role} {shape.label()}: {counts_of(deployment).get((role, shape), 0)} -> {n} instances, each "
+                       f"sustains {per:.2f} req/s within the SLO at this workload")
+    return proposal
