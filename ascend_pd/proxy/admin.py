@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from dataclasses import replace
 import time
 from typing import Any
 
@@ -10,15 +11,28 @@ import msgspec
 
 from ascend_pd.errors import InputError
 from ascend_pd.proxy.backends import BackendPool
-from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
+from ascend_pd.proxy.endpoints import ROLES, KVAddress, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.wire.server import Handler, Request, Response
 from ascend_pd.proxy.workload_window import WorkloadWindow, encode_samples, summarise
 
 
+class KVChange(msgspec.Struct, forbid_unknown_fields=True):
+    """Where the added instance's KV connector listens (push mode hands it to D): as deployment.yaml gives it."""
+
+    engine_id: str
+    host: str
+    port: int
+    tp_size: int = 1
+    dp_rank: int = 0
+
+
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
     url: str
     role: str | None = None
+    instance: str | None = None  # the name metrics and logs give it (default: host:port)
+    dp_rank: int = 0
+    kv: KVChange | None = None
 
 
 def workload_document(pool: BackendPool, window: WorkloadWindow, samples) -> dict:
@@ -50,6 +64,9 @@ def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = 
             endpoint = endpoint_from_url(change.url, change.role, "url")
         except InputError as exc:
             raise ClientError(400, exc.render(), "invalid_request_error") from None
+        if change.instance or change.kv:
+            kv = KVAddress(**msgspec.structs.asdict(change.kv)) if change.kv else None
+            endpoint = replace(endpoint, instance=change.instance or endpoint.instance, dp_rank=change.dp_rank, kv=kv)
         return _json(pool.add(endpoint).describe())
 
     async def drain(request: Request) -> Response:

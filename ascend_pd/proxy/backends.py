@@ -131,6 +131,7 @@ class Backend:
         return {"url": self.url, "role": self.role, "name": self.endpoint.name,
                 "state": "draining" if self.draining else self.breaker.state,
                 "load_tokens": self.load_tokens, "inflight": self.inflight, "engine": reading,
+                "proxy_inflight": self.own_requests(),  # every worker's: what a drain waits for
                 "routing_load": self.routing_load()}
 
     def lease(self, tokens: int) -> "Lease":

@@ -32,9 +32,10 @@ stop() {
 
 
 def launch_script(plan: LaunchPlan, node: NodePlan) -> str:
-    description = [f"Start every serving process of deployment '{plan.deployment.metadata.name}' on node {node.name}.",
+    description = [f"Start every serving process of deployment '{plan.deployment.metadata.name}' on node {node.name}, "
+                   "or only the processes named as arguments.",
                    "Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script)."]
-    body = node_section(plan, node, node.processes)
+    body = ['ONLY="$*"', "", *node_section(plan, node, node.processes)]
     return script(description, body)
 
 
@@ -49,8 +50,10 @@ def _stop_description(plan: LaunchPlan, node_name: str, replicas: list[ProxyRepl
 def stop_script(plan: LaunchPlan, node_name: str) -> str:
     replicas = [r for r in plan.proxies if r.node == node_name]
     names = [p.name for p in plan.processes_on(node_name)] + [r.name for r in replicas]
-    body = [STOP_BODY, "stop " + " ".join(quote(n) for n in names)]
-    return script(_stop_description(plan, node_name, replicas), body)
+    body = [STOP_BODY, "if (( $# )); then", '  stop "$@"', "else", "  stop " + " ".join(quote(n) for n in names),
+            "fi"]
+    description = [*_stop_description(plan, node_name, replicas), "With process names as arguments, only those."]
+    return script(description, body)
 
 
 def proxy_argv(plan: LaunchPlan, deployment_path: str, host: str, advertise_url: str | None) -> list[str]:

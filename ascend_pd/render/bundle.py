@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ascend_pd.deploy import Diagnostic, LoadedDeployment, dump_deployment, has_errors, validate
+from ascend_pd.deploy import Diagnostic, LoadedDeployment, dump_deployment, has_errors, parse_deployment, validate
 from ascend_pd.render.bash import bash_files, readme
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
@@ -40,9 +40,13 @@ class RenderResult:
 
 
 def _deployment_text(loaded: LoadedDeployment) -> str:
+    """The file as the user wrote it (comments kept), unless the deployment no longer is what the file says (a
+    rollout renders the changed deployment before it writes the file)."""
     source = Path(loaded.source)
     if source.is_file():
-        return source.read_text(encoding="utf-8")
+        text = source.read_text(encoding="utf-8")
+        if parse_deployment(text, str(source)).deployment == loaded.deployment:
+            return text
     return dump_deployment(loaded.deployment)
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start every serving process of deployment 'dsr1-a3x4' on node a3-03.
+# Start every serving process of deployment 'dsr1-a3x4' on node a3-03, or only the processes named as arguments.
 # Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
@@ -11,9 +11,13 @@ mkdir -p "$LOG_DIR" "$RUN_DIR"
 
 # start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
 # output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+# With ONLY set (to names separated by spaces), start() starts only the processes it names.
 start() {
   local name="$1"
   shift
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+    return 0
+  fi
   local pidfile="$RUN_DIR/$name.pid"
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$name is already running (pid $(cat "$pidfile"))"
@@ -23,6 +27,8 @@ start() {
   echo "$!" >"$pidfile"
   echo "started $name (pid $!), log $LOG_DIR/$name.log"
 }
+
+ONLY="$*"
 
 # Node a3-03: host 192.168.2.14, interface enp189s0f0.
 export VLLM_HOST_IP=192.168.2.14

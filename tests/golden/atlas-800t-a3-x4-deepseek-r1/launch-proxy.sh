@@ -10,9 +10,13 @@ mkdir -p "$LOG_DIR" "$RUN_DIR"
 
 # start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
 # output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+# With ONLY set (to names separated by spaces), start() starts only the processes it names.
 start() {
   local name="$1"
   shift
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+    return 0
+  fi
   local pidfile="$RUN_DIR/$name.pid"
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$name is already running (pid $(cat "$pidfile"))"

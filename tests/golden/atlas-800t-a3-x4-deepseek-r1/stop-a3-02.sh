@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Stop what launch-a3-02.sh (and launch-proxy.sh, on the proxy node) started on a3-02.
+# With process names as arguments, only those.
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
 
@@ -10,9 +11,13 @@ mkdir -p "$LOG_DIR" "$RUN_DIR"
 
 # start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
 # output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+# With ONLY set (to names separated by spaces), start() starts only the processes it names.
 start() {
   local name="$1"
   shift
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+    return 0
+  fi
   local pidfile="$RUN_DIR/$name.pid"
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$name is already running (pid $(cat "$pidfile"))"
@@ -45,4 +50,8 @@ stop() {
   done
 }
 
-stop decode-0-dp0 decode-0-dp1 decode-0-dp2 decode-0-dp3 decode-0-dp4 decode-0-dp5 decode-0-dp6 decode-0-dp7 decode-0-dp8 decode-0-dp9 decode-0-dp10 decode-0-dp11 decode-0-dp12 decode-0-dp13 decode-0-dp14 decode-0-dp15
+if (( $# )); then
+  stop "$@"
+else
+  stop decode-0-dp0 decode-0-dp1 decode-0-dp2 decode-0-dp3 decode-0-dp4 decode-0-dp5 decode-0-dp6 decode-0-dp7 decode-0-dp8 decode-0-dp9 decode-0-dp10 decode-0-dp11 decode-0-dp12 decode-0-dp13 decode-0-dp14 decode-0-dp15
+fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Stop what launch-cm0-n01.sh (and launch-proxy.sh, on the proxy node) started on cm0-n01.
+# With process names as arguments, only those.
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
 
@@ -10,9 +11,13 @@ mkdir -p "$LOG_DIR" "$RUN_DIR"
 
 # start NAME COMMAND...: run COMMAND in a session of its own (so stop can signal the whole process tree), send its
 # output to $LOG_DIR/NAME.log and keep its pid in $RUN_DIR/NAME.pid.
+# With ONLY set (to names separated by spaces), start() starts only the processes it names.
 start() {
   local name="$1"
   shift
+  if [[ -n "${ONLY:-}" && " $ONLY " != *" $name "* ]]; then
+    return 0
+  fi
   local pidfile="$RUN_DIR/$name.pid"
   if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$name is already running (pid $(cat "$pidfile"))"
@@ -45,4 +50,8 @@ stop() {
   done
 }
 
-stop prefill-1-dp0 prefill-1-dp1
+if (( $# )); then
+  stop "$@"
+else
+  stop prefill-1-dp0 prefill-1-dp1
+fi

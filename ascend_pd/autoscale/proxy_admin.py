@@ -1,0 +1,94 @@
+"""The proxy's admin API as a rollout uses it: add, drain and remove backends, read their requests in flight. Every
+call is bounded by a timeout and fails with a StepFailed that says what did not happen."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+CALL_TIMEOUT = 10.0
+POLL_SECONDS = 0.5
+
+
+class StepFailed(Exception):
+    """A rollout step that did not complete; the message says which and why."""
+
+
+def http_json(method: str, url: str, body: dict | None = None, token: str | None = None,
+              timeout: float = CALL_TIMEOUT) -> Any:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            payload = answer.read()
+    except urllib.error.HTTPError as exc:
+        raise StepFailed(f"{method} {url} answered {exc.code}: {exc.read()[:200].decode(errors='replace')}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise StepFailed(f"{method} {url}: {getattr(exc, 'reason', exc)}") from None
+    return json.loads(payload) if payload else None
+
+
+class ProxyAdmin:
+    def __init__(self, url: str, token: str | None, timeout: float = CALL_TIMEOUT):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> Any:
+        return http_json(method, self.url + path, body, self.token, self.timeout)
+
+    def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0, kv: dict | None = None) -> None:
+        """Add (or put back, when drained) the backend at `url`; `kv` is where its KV connector listens (push)."""
+        body = {"url": url, "role": role, "dp_rank": dp_rank}
+        if instance:
+            body["instance"] = instance
+        if kv:
+            body["kv"] = kv
+        self._call("POST", "/admin/backends", body)
+
+    def drain(self, url: str) -> None:
+        self._call("POST", "/admin/backends/drain", {"url": url})
+
+    def remove(self, url: str) -> None:
+        self._call("POST", "/admin/backends/remove", {"url": url})
+
+    def backends(self) -> dict[str, dict]:
+        return {b["url"]: b for b in self._call("GET", "/admin/backends")}
+
+    def wait_idle(self, urls: list[str], seconds: float) -> None:
+        """Until the proxy has no request in flight on any of `urls` (every worker's count); StepFailed after
+        `seconds`."""
+        deadline = time.monotonic() + seconds
+        while True:
+            listed = self.backends()
+            busy = {url: listed[url].get("proxy_inflight", listed[url]["inflight"]) for url in urls if url in listed}
+            busy = {url: n for url, n in busy.items() if n}
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise StepFailed(f"requests still in flight after {seconds:g} s: {busy}")
+            time.sleep(POLL_SECONDS)
+
+
+def wait_healthy(urls: list[str], seconds: float) -> None:
+    """Until every engine at `urls` answers GET /health with 200; StepFailed naming the ones that did not."""
+    deadline = time.monotonic() + seconds
+    waiting = list(urls)
+    while waiting:
+        for url in list(waiting):
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=min(CALL_TIMEOUT, seconds)) as answer:
+                    if answer.status == 200:
+                        waiting.remove(url)
+            except (urllib.error.URLError, TimeoutError, OSError):
+                pass
+        if waiting and time.monotonic() > deadline:
+            raise StepFailed(f"not healthy within {seconds:g} s: {', '.join(waiting)}")
+        if waiting:
+            time.sleep(POLL_SECONDS)

@@ -1,0 +1,210 @@
+"""Applying a re-plan to a running deployment without losing a request: a new instance starts from the rendered
+launchers, joins the proxy once every endpoint answers /health; an instance that leaves is drained through the
+proxy's admin API, waits for its last request, leaves the proxy, then stops. Each phase is a JSON line in the log; a
+phase that fails stops the rollout, puts back what it took from the proxy, and leaves the deployment file and the
+bundle describing what runs."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from ascend_pd.autoscale.proxy_admin import ProxyAdmin, StepFailed, wait_healthy
+from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
+from ascend_pd.deploy.schema import Deployment
+from ascend_pd.planner.resize import Step
+from ascend_pd.proxy.endpoints import Endpoint, endpoints_from_deployment
+from ascend_pd.render.bundle import RenderOptions, render_bundle, write_bundle
+from ascend_pd.render.processes import LaunchPlan, plan_processes
+
+DEFAULT_NODE_COMMAND = "ssh {host}"
+DEFAULT_KUBECTL = "kubectl"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. An engine loads its weights before /health answers: minutes for a large model."""
+
+    start: float = 1800.0
+    drain: float = 600.0
+    command: float = 120.0
+
+
+@dataclass
+class RolloutLog:
+    """One JSON object per line: time, step, phase, status and what happened."""
+
+    stream: TextIO
+    lines: list[dict] = field(default_factory=list)
+
+    def write(self, **entry) -> None:
+        entry = {"time": round(time.time(), 3), **entry}
+        self.lines.append(entry)
+        self.stream.write(json.dumps(entry) + "\n")
+        self.stream.flush()
+
+
+class Launcher:
+    """Starts and stops instances of the bundle in `bundle`: `bash` runs launch-<node>.sh / stop-<node>.sh with the
+    instance's process names through the node command (`ssh {host}` by default; the bundle must be at the same path
+    on every node); `k8s` applies or deletes the instance's manifest with kubectl."""
+
+    def __init__(self, bundle: Path, target: str = "bash", node_command: str = DEFAULT_NODE_COMMAND,
+                 kubectl: str = DEFAULT_KUBECTL, timeout: float = Timeouts.command):
+        self.bundle = bundle.resolve()
+        self.target = target
+        self.node_command = node_command
+        self.kubectl = kubectl
+        self.timeout = timeout
+
+    def _run(self, argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            raise StepFailed(f"`{shlex.join(argv)}` did not finish within {self.timeout:g} s") from None
+        except OSError as exc:
+            raise StepFailed(f"`{shlex.join(argv)}` could not run: {exc}") from None
+        if done.returncode:
+            tail = (done.stderr or done.stdout).strip()[-400:]
+            raise StepFailed(f"`{shlex.join(argv)}` exited {done.returncode}: {tail}")
+        return done.stdout.strip()[-400:]
+
+    def _on_node(self, plan: LaunchPlan, node: str, script: str, names: list[str]) -> list[str]:
+        host = plan.cluster.node(node).host_ip
+        prefix = shlex.split(self.node_command.format(host=host, node=node))
+        return [*prefix, "bash", str(self.bundle / script), *names]
+
+    def start(self, plan: LaunchPlan, instance: str) -> list[str]:
+        if self.target == "k8s":
+            return [self._run([*shlex.split(self.kubectl), "apply", "-f", str(self.bundle / "k8s/configmap.yaml"),
+                               "-f", str(self.bundle / f"k8s/{instance}.yaml")])]
+        return [self._run(self._on_node(plan, node, f"launch-{node}.sh",
+                                        [p.name for p in plan.instance_processes(instance, node)]))
+                for node in plan.instance_nodes(instance)]
+
+    def stop(self, plan: LaunchPlan, instance: str) -> list[str]:
+        if self.target == "k8s":
+            manifest = self.bundle / f"k8s/{instance}.yaml"
+            said = self._run([*shlex.split(self.kubectl), "delete", "--ignore-not-found", "-f", str(manifest)])
+            manifest.unlink(missing_ok=True)  # so `kubectl apply -f k8s/` cannot bring it back
+            return [said]
+        return [self._run(self._on_node(plan, node, f"stop-{node}.sh",
+                                        [p.name for p in plan.instance_processes(instance, node)]))
+                for node in plan.instance_nodes(instance)]
+
+
+def _loaded(deployment: Deployment, path: Path) -> LoadedDeployment:
+    return parse_deployment(dump_deployment(deployment), str(path))
+
+
+class Rollout:
+    """Moves the deployment in `deployment_file` (whose bundle `launcher` runs) to `target` through `steps`."""
+
+    def __init__(self, deployment_file: Path, proxy: ProxyAdmin, launcher: Launcher, log: RolloutLog,
+                 timeouts: Timeouts = Timeouts(), render: RenderOptions | None = None):
+        self.deployment_file = deployment_file
+        self.proxy = proxy
+        self.launcher = launcher
+        self.log = log
+        self.timeouts = timeouts
+        self.render = render or RenderOptions(target=launcher.target)
+
+    def _write(self, deployment: Deployment, deployment_file: bool = True) -> LaunchPlan:
+        """Render `deployment` into the bundle (and make it the deployment file); its launch plan. Files of nodes it
+        no longer uses stay: their stop scripts still stop what runs there."""
+        loaded = _loaded(deployment, self.deployment_file)
+        rendered = render_bundle(loaded, self.render)
+        if rendered.refused:
+            first = next(d for d in rendered.diagnostics if d.severity == "error")
+            raise StepFailed(f"the changed deployment does not validate: {first.code} {first.message}")
+        write_bundle({k: v for k, v in rendered.files.items() if k != "deployment.yaml"}, self.launcher.bundle)
+        if deployment_file:
+            self.deployment_file.write_text(dump_deployment(deployment), encoding="utf-8")
+        return plan_processes(loaded, self.render.interface, self.render.node_ips)
+
+    def _endpoints(self, deployment: Deployment, instance: str) -> list[Endpoint]:
+        return [e for e in endpoints_from_deployment(_loaded(deployment, self.deployment_file))
+                if e.instance == instance]
+
+    def _phase(self, step: Step, phase: str, action: Callable[[], object]) -> object:
+        started = time.monotonic()
+        try:
+            result = action()
+        except StepFailed as exc:
+            self.log.write(step=step.describe(), phase=phase, status="failed", error=str(exc),
+                           seconds=round(time.monotonic() - started, 3))
+            raise
+        self.log.write(step=step.describe(), phase=phase, status="ok", seconds=round(time.monotonic() - started, 3),
+                       **({"output": result} if isinstance(result, list) and any(result) else {}))
+        return result
+
+    def _join(self, step: Step, endpoints: list[Endpoint]) -> None:
+        def add() -> None:
+            for e in endpoints:
+                kv = None if e.kv is None else {"engine_id": e.kv.engine_id, "host": e.kv.host, "port": e.kv.port,
+                                                "tp_size": e.kv.tp_size, "dp_rank": e.kv.dp_rank}
+                self.proxy.add(e.url, e.role, e.instance, e.dp_rank, kv)
+        self._phase(step, "join", add)
+
+    def _bring_up(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str) -> None:
+        endpoints = self._endpoints(deployment, instance)
+        self._phase(step, "launch", lambda: self.launcher.start(plan, instance))
+        try:
+            self._phase(step, "healthy", lambda: wait_healthy([e.url for e in endpoints], self.timeouts.start))
+        except StepFailed:
+            self._phase(step, "stop-unhealthy", lambda: self.launcher.stop(plan, instance))
+            raise
+        self._join(step, endpoints)
+
+    def _retire(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str) -> None:
+        endpoints = self._endpoints(deployment, instance)
+        urls = [e.url for e in endpoints]
+        self._phase(step, "drain", lambda: [self.proxy.drain(url) for url in urls] and None)
+        try:
+            self._phase(step, "idle", lambda: self.proxy.wait_idle(urls, self.timeouts.drain))
+        except StepFailed:
+            self._join(step, endpoints)  # it keeps serving: the proxy gets back what the drain took
+            raise
+        self._phase(step, "leave", lambda: [self.proxy.remove(url) for url in urls] and None)
+        self._phase(step, "stop", lambda: self.launcher.stop(plan, instance))
+
+    def run(self, current: Deployment, target: Deployment, steps: list[Step]) -> Deployment:
+        """Apply `steps`; the deployment that runs afterwards (all of `target`, or as far as the steps got). The
+        deployment file and the bundle describe it either way."""
+        running = {i.name: i for i in current.instances}
+        wanted = {i.name: i for i in target.instances}
+        old_plan = plan_processes(_loaded(current, self.deployment_file), self.render.interface, self.render.node_ips)
+        self.log.write(phase="plan", status="ok", steps=[s.describe() for s in steps],
+                       **({"manifest_diff": self._diff(current, target)} if self.launcher.target == "k8s" else {}))
+        try:
+            # the target's launchers start the new instances by name; an old one stops by its names in the old plan
+            # (a stop script stops whatever it is named, so the one already on its node serves)
+            plan = self._write(target, deployment_file=False)
+            for step in steps:
+                if step.action in ("flip", "stop"):
+                    gone = step.replaces or step.instance
+                    self._retire(step, old_plan, current, gone)
+                    running.pop(gone)
+                if step.action in ("start", "flip"):
+                    self._bring_up(step, plan, target, step.instance)
+                    running[step.instance] = wanted[step.instance]
+                self.log.write(step=step.describe(), phase="done", status="ok")
+        except StepFailed as exc:
+            self.log.write(phase="rollout", status="failed", error=str(exc))
+        order = [name for name in [*(i.name for i in current.instances), *wanted] if name in running]
+        result = target.model_copy(update={"instances": [running[name] for name in dict.fromkeys(order)]})
+        self._write(result)
+        return result
+
+    def _diff(self, current: Deployment, target: Deployment) -> str:
+        def manifests(deployment: Deployment) -> list[str]:
+            files = render_bundle(_loaded(deployment, self.deployment_file), RenderOptions(target="k8s")).files
+            return "".join(f"# {name}\n{text}" for name, text in files.items() if name.startswith("k8s/")).splitlines(
+                keepends=True)
+        return "".join(difflib.unified_diff(manifests(current), manifests(target), "running", "planned"))

@@ -1,0 +1,99 @@
+"""`ascend-pd autoscale`: observe a running deployment's proxy, re-plan, and apply the change on an interval."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2
+from ascend_pd.cli.replan import admin_token_option, thresholds
+from ascend_pd.errors import InputError
+
+
+@click.command("autoscale")
+@click.option("--deployment", "deployment_file", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="the running deployment.yaml, in the bundle `ascend-pd render` wrote (its launchers start and "
+                   "stop instances); it is rewritten after every change")
+@click.option("--proxy", "proxy_url", required=True, help="the proxy's base URL (admin token required)")
+@admin_token_option
+@click.option("--interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="seconds between observations (the proxy's --workload-window should be at least this)")
+@click.option("--agree", type=click.IntRange(min=1), default=2, show_default=True,
+              help="intervals in a row that must propose the same change before it is applied")
+@click.option("--cooldown", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="seconds after a change before another may start")
+@click.option("--target", type=click.Choice(["bash", "k8s"]), default="bash", show_default=True,
+              help="bash: the bundle's launch/stop scripts through --node-command; k8s: kubectl apply/delete of the "
+                   "instance manifests")
+@click.option("--node-command", default="ssh {host}", show_default=True,
+              help="prefix that runs a command on a node ({host}: its IP, {node}: its name); '' runs it here. The "
+                   "bundle must be at the same path on every node")
+@click.option("--kubectl", default="kubectl", show_default=True, help="kubectl command (add -n NAMESPACE here)")
+@click.option("--start-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
+              help="seconds a new instance has to answer /health")
+@click.option("--drain-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="seconds a drained instance has to finish its requests")
+@click.option("--log", "log_file", type=click.Path(dir_okay=False), default=None,
+              help="JSON-lines log of every decision and rollout phase [default: autoscale.jsonl in the bundle]")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=0, show_default=True,
+              help="serve the decisions as Prometheus metrics on this port (0: off)")
+@click.option("--intervals", type=click.IntRange(min=1), default=None, help="stop after this many intervals")
+@click.option("--dry-run", is_flag=True, help="decide and log, never apply")
+@calibration_option
+@thresholds
+@input_errors_exit_2
+def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cooldown, target, node_command, kubectl,
+                  start_timeout, drain_timeout, log_file, metrics_port, intervals, dry_run, calibration, headroom,
+                  min_gain, min_saving):
+    """Keep a running deployment sized for its live traffic.
+
+    Every interval: read the proxy's GET /v1/workload, re-plan as `ascend-pd replan` does, and once the same change
+    has been proposed --agree intervals in a row (and --cooldown has passed) apply it: new instances start from the
+    bundle's launchers and join the proxy when healthy; leaving ones are drained, wait for their last request, leave
+    the proxy and stop. A failed step stops the change and leaves the proxy serving.
+    """
+    from ascend_pd.autoscale.loop import AutoscaleMetrics, AutoscaleSettings, Autoscaler
+    from ascend_pd.autoscale.rollout import Launcher, RolloutLog, Timeouts
+
+    deployment = Path(deployment_file)
+    bundle = deployment.parent
+    if target == "bash" and not any(bundle.glob("launch-*.sh")):
+        raise InputError("no launch scripts beside the deployment file", file=str(deployment), field="--deployment",
+                         fix=f"render it there first: ascend-pd render {deployment} --out {bundle}")
+    try:
+        metrics = AutoscaleMetrics()
+    except ImportError:
+        raise InputError("autoscale needs prometheus-client", field="autoscale",
+                         fix="pip install 'ascend-pd[proxy]'") from None
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, registry=metrics.registry)
+    settings = AutoscaleSettings(interval=interval, agree=agree, cooldown=cooldown, headroom=headroom,
+                                 min_gain=min_gain, min_saving=min_saving, calibration=calibration, dry_run=dry_run)
+    launcher = Launcher(bundle, target, node_command, kubectl)
+    with open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
+        log = RolloutLog(_Tee(stream))
+        scaler = Autoscaler(deployment, proxy_url, admin_token, launcher, settings, log, metrics,
+                            Timeouts(start=start_timeout, drain=drain_timeout))
+        try:
+            scaler.run(intervals)
+        except KeyboardInterrupt:
+            pass
+
+
+class _Tee:
+    """The JSON lines go to the log file and to stderr."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> None:
+        self._stream.write(text)
+        sys.stderr.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+        sys.stderr.flush()
