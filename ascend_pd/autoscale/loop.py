@@ -15,7 +15,7 @@ from ascend_pd.autoscale.proxy_admin import ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.errors import InputError
-from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, Proposal, replan
+from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, SHRINK_MARGIN, Correction, Proposal, replan
 from ascend_pd.planner.resize import counts_of
 
 DECISIONS = ("hold", "wait", "apply", "applied", "failed", "unobservable")
@@ -24,11 +24,13 @@ DECISIONS = ("hold", "wait", "apply", "applied", "failed", "unobservable")
 @dataclass(frozen=True)
 class AutoscaleSettings:
     interval: float = 60.0  # seconds between observations
-    agree: int = 2  # intervals in a row that must propose the same deployment before it is applied
+    agree: int = 2  # intervals in a row that must propose the same deployment before it is applied, unless the
+    # running one misses the SLO at the observed rate itself (the proposal is urgent): then the first applies
     cooldown: float = 300.0  # seconds after a change before the next may start
     headroom: float = HEADROOM
     min_gain: float = MIN_GAIN
     min_saving: float = MIN_SAVING
+    shrink_margin: float = SHRINK_MARGIN
     calibration: str | None = None
     dry_run: bool = False  # decide and log, never apply
 
@@ -88,6 +90,7 @@ class Autoscaler:
         self.rollout = Rollout(deployment_file, ProxyAdmin(proxy_url, token), launcher, log, timeouts)
         self._pending: tuple[frozenset, int] | None = None  # (planned counts, intervals in a row)
         self._last_change: float | None = None
+        self._correction: Correction | None = None  # the last re-plan's, for windows that cannot tell
 
     def tick(self) -> str:
         """One interval: observe, re-plan, maybe apply. Returns the decision (one of DECISIONS)."""
@@ -95,10 +98,12 @@ class Autoscaler:
         counts = counts_of(loaded.deployment)
         try:
             observed = observe(self.proxy_url, self.token)
-            proposal = replan(loaded, observed, self.settings.calibration, self.settings.headroom,
-                              self.settings.min_gain, self.settings.min_saving)
+            s = self.settings
+            proposal = replan(loaded, observed, s.calibration, s.headroom, s.min_gain, s.min_saving, s.shrink_margin,
+                              self._correction)
         except InputError as exc:
             return self._decided("unobservable", counts, None, error=exc.render())
+        self._correction = proposal.correction
         if not proposal.change:
             self._pending = None
             return self._decided("hold", counts, proposal)
@@ -106,9 +111,10 @@ class Autoscaler:
         agreed = self._pending[1] + 1 if self._pending and self._pending[0] == planned else 1
         self._pending = (planned, agreed)
         cooling = self._last_change is not None and self.clock() - self._last_change < self.settings.cooldown
-        if agreed < self.settings.agree or cooling or self.settings.dry_run:
+        needed = 1 if proposal.urgent else self.settings.agree
+        if agreed < needed or cooling or self.settings.dry_run:
             why = ("dry run" if self.settings.dry_run else "cooldown" if cooling
-                   else f"proposed {agreed} of {self.settings.agree} intervals in a row")
+                   else f"proposed {agreed} of {needed} intervals in a row")
             return self._decided("wait", counts, proposal, why=why)
         self._decided("apply", counts, proposal)
         after = self.rollout.run(loaded.deployment, proposal.deployment, proposal.steps)

@@ -21,7 +21,8 @@ from ascend_pd.errors import InputError
 @click.option("--interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="seconds between observations (the proxy's --workload-window should be at least this)")
 @click.option("--agree", type=click.IntRange(min=1), default=2, show_default=True,
-              help="intervals in a row that must propose the same change before it is applied")
+              help="intervals in a row that must propose the same change before it is applied (one when the "
+                   "deployment misses the SLO at the observed rate itself)")
 @click.option("--cooldown", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="seconds after a change before another may start")
 @click.option("--target", type=click.Choice(["bash", "k8s"]), default="bash", show_default=True,
@@ -46,7 +47,7 @@ from ascend_pd.errors import InputError
 @input_errors_exit_2
 def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cooldown, target, node_command, kubectl,
                   start_timeout, drain_timeout, log_file, metrics_port, intervals, dry_run, calibration, headroom,
-                  min_gain, min_saving):
+                  min_gain, min_saving, shrink_margin):
     """Keep a running deployment sized for its live traffic.
 
     Every interval: read the proxy's GET /v1/workload, re-plan as `ascend-pd replan` does, and once the same change
@@ -72,7 +73,8 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
 
         start_http_server(metrics_port, registry=metrics.registry)
     settings = AutoscaleSettings(interval=interval, agree=agree, cooldown=cooldown, headroom=headroom,
-                                 min_gain=min_gain, min_saving=min_saving, calibration=calibration, dry_run=dry_run)
+                                 min_gain=min_gain, min_saving=min_saving, shrink_margin=shrink_margin,
+                                 calibration=calibration, dry_run=dry_run)
     launcher = Launcher(bundle, target, node_command, kubectl)
     with open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
         log = RolloutLog(_Tee(stream))

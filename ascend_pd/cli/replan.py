@@ -7,7 +7,7 @@ import json
 import click
 
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2
-from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING
+from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, SHRINK_MARGIN
 
 admin_token_option = click.option(
     "--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
@@ -19,6 +19,8 @@ threshold_options = [
                  help="SLO attainment a change must add when the deployment misses the SLO"),
     click.option("--min-saving", type=click.FloatRange(0, 1), default=MIN_SAVING, show_default=True,
                  help="share of devices a change must free when the deployment meets the SLO"),
+    click.option("--shrink-margin", type=click.FloatRange(min=0), default=SHRINK_MARGIN, show_default=True,
+                 help="a smaller deployment must also meet the SLO at the rate times 1 + headroom + this"),
 ]
 
 
@@ -40,7 +42,8 @@ def thresholds(fn):
               help="write the deployment after the change here (only when a change is proposed)")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
-def replan_cmd(deployment_file, observed, admin_token, calibration, headroom, min_gain, min_saving, out_file, fmt):
+def replan_cmd(deployment_file, observed, admin_token, calibration, headroom, min_gain, min_saving, shrink_margin,
+               out_file, fmt):
     """Propose the smallest change to a running deployment that meets its SLO under the observed workload.
 
     Fits prompt and output lengths and the arrival rate the proxy measured, corrects the cost model by the TTFT
@@ -54,7 +57,8 @@ def replan_cmd(deployment_file, observed, admin_token, calibration, headroom, mi
     from ascend_pd.planner.replan import replan
 
     loaded = load_deployment(deployment_file)
-    proposal = replan(loaded, observe(observed, admin_token), calibration, headroom, min_gain, min_saving)
+    proposal = replan(loaded, observe(observed, admin_token), calibration, headroom, min_gain, min_saving,
+                      shrink_margin)
     if out_file and proposal.change:
         write_deployment(proposal.deployment, out_file)
     if fmt == "json":

@@ -83,14 +83,16 @@ def parse_observed(document: Any, source: str) -> Observed:
     try:
         rate, window = float(document["rate_rps"]), float(document["window_seconds"])
         requests, failed, streamed = int(document["requests"]), int(document["failed"]), int(document["streamed"])
+        finished = int(document.get("finished", requests))
     except KeyError as exc:
         raise InputError(f"missing {exc.args[0]}", file=source, field=exc.args[0],
                          fix="pass what the proxy's GET /v1/workload returns") from None
     except (TypeError, ValueError) as exc:
         raise InputError(f"not a number: {exc}", file=source, fix="pass what the proxy's GET /v1/workload returns") \
             from None
-    if rate <= 0 or requests <= failed:
-        raise InputError(f"{requests} requests, {failed} failed, {rate:g} req/s: no traffic was served to fit",
+    if rate <= 0 or finished <= failed:
+        raise InputError(f"{requests} requests arrived, {finished} ended, {failed} of them failed: no traffic was "
+                         "served to fit",
                          file=source, field="rate_rps", fix="observe the deployment under load")
     enough = streamed >= MIN_LATENCY_SAMPLES
     return Observed(

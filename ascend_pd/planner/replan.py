@@ -26,6 +26,9 @@ from ascend_pd.planner.search import Choice, evaluate_options, search
 HEADROOM = 0.2  # the re-plan sizes for the observed rate this much higher, so a slowly rising load does not miss
 MIN_GAIN = 0.05  # SLO attainment a change must add, at the design rate, when the deployment misses the SLO
 MIN_SAVING = 0.2  # share of devices a change must free when the deployment already meets the SLO
+# A smaller deployment must also meet the SLO at the rate this much higher again: shrinking waits for load well below
+# what the smaller one carries, growing does not, so a rate that wanders about one boundary does not flap.
+SHRINK_MARGIN = 0.5
 CORRECTION_ROUNDS = 4
 SCALE_LIMITS = (0.05, 20.0)  # observed / estimated beyond these says the wrong model or cluster, not a correction
 
@@ -59,10 +62,12 @@ class Proposal:
     steps: list[Step] = field(default_factory=list)
     deployment: Deployment | None = None  # after the change
     capacity: list[dict[str, Any]] = field(default_factory=list)  # what each role sustains after each step
+    urgent: bool = False  # the running deployment misses the SLO at the observed rate itself, not only with headroom
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "change": self.change,
+            "urgent": self.urgent,
             "reasons": self.reasons,
             "observed": self.observed.describe(),
             "design_rate_rps": self.design_rate,
@@ -184,7 +189,10 @@ def _option_rates(cost: CostModel, req: Requirements, budget: int, keys) -> dict
 
 
 def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None = None, headroom: float = HEADROOM,
-           min_gain: float = MIN_GAIN, min_saving: float = MIN_SAVING) -> Proposal:
+           min_gain: float = MIN_GAIN, min_saving: float = MIN_SAVING, shrink_margin: float = SHRINK_MARGIN,
+           prior: Correction | None = None) -> Proposal:
+    """`prior`: the correction an earlier re-plan found, kept when this window cannot tell (an overloaded
+    deployment's latencies are its queues')."""
     deployment = loaded.deployment
     if deployment.slo is None:
         raise InputError("the deployment has no SLO to re-plan for", file=loaded.source, field="slo",
@@ -198,7 +206,17 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
                         cluster_ref=deployment.cluster)
     req = requirements(cost, inputs)
     current_choice = deployed_choice(deployment)
-    correction = correct(cost, current_choice, req, observed, budget)
+    prior = prior or Correction()
+    serving = _serving_rate(counts_of(deployment).elements(), _option_rates(
+        replace(cost, prefill_scale=prior.prefill_scale, decode_scale=prior.decode_scale), req, budget,
+        set(counts_of(deployment))))
+    if observed.rate > serving:
+        # past what it serves within the SLO, latencies grow with the queues, not with the engines' speed: they
+        # would read as slow hardware and shrink every option
+        correction = replace(prior, note=f"kept from before: {observed.rate:.2f} req/s is past the {serving:.2f} "
+                                         "the deployment serves within the SLO, where latencies measure queues")
+    else:
+        correction = correct(cost, current_choice, req, observed, budget)
     cost = replace(cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
     before = predict(cost, current_choice, 1, req, budget, design_rate)
     current = Figures(current_choice.label(), current_choice.devices, before)
@@ -221,6 +239,8 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
     target = Figures(after_choice.label(), after_choice.devices, predict(cost, after_choice, 1, req, budget,
                                                                        design_rate))
     proposal = Proposal(observed, design_rate, correction, current, target, False, reasons)
+    at_load = predict(cost, current_choice, 1, req, budget, observed.rate)["slo_attainment"]
+    proposal.urgent = at_load < deployment.slo.attainment - 1e-9
     if target_counts == counts_of(deployment):
         reasons.append("the deployment already has the instances the plan gives for this workload")
         return proposal
@@ -231,9 +251,17 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
         reasons.append(f"the change would raise SLO attainment by {gain:.1%} only (threshold {min_gain:.0%})")
         return proposal
     if meets_now and saving < min_saving:
-        reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); the plan "
-                       f"would free {saving:.0%} of its devices (threshold {min_saving:.0%})")
+        gain = (f"the plan would free {saving:.0%} of its devices (threshold {min_saving:.0%})" if saving > 0 else
+                f"the plan ({target.label}) would free no device")
+        reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); {gain}")
         return proposal
+    if meets_now:
+        margin_rate = observed.rate * (1 + headroom + shrink_margin)
+        at_margin = predict(cost, after_choice, 1, req, budget, margin_rate)["slo_attainment"]
+        if at_margin < required - 1e-9:
+            reasons.append(f"the deployment meets the SLO; the smaller {target.label} would miss it at "
+                           f"{margin_rate:.2f} req/s ({shrink_margin:.0%} shrink margin): {at_margin:.0%}")
+            return proposal
 
     vllm = {(o.role, o.shape): vllm_args(cost, o, req) for o, _ in choice.instances}
     rates = _option_rates(cost, req, budget, set(counts_of(deployment)) | set(target_counts))

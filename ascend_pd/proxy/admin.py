@@ -14,7 +14,7 @@ from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.endpoints import ROLES, KVAddress, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.wire.server import Handler, Request, Response
-from ascend_pd.proxy.workload_window import WorkloadWindow, encode_samples, summarise
+from ascend_pd.proxy.workload_window import WindowContents, WorkloadWindow, encode_contents, summarise
 
 
 class KVChange(msgspec.Struct, forbid_unknown_fields=True):
@@ -35,9 +35,9 @@ class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
     kv: KVChange | None = None
 
 
-def workload_document(pool: BackendPool, window: WorkloadWindow, samples) -> dict:
-    """GET /v1/workload's answer over `samples` (this worker's, or every worker's)."""
-    return summarise(samples, window.seconds, window.started_at, time.time(), [b.describe() for b in pool.all()])
+def workload_document(pool: BackendPool, window: WorkloadWindow, contents: WindowContents) -> dict:
+    """GET /v1/workload's answer over `contents` (this worker's window, or every worker's)."""
+    return summarise(contents, window.seconds, window.started_at, time.time(), [b.describe() for b in pool.all()])
 
 
 def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = None) -> dict[tuple[str, str], Handler]:
@@ -88,11 +88,11 @@ def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = 
 
     async def workload(request: Request) -> Response:
         authorized(request)
-        return _json(workload_document(pool, window, window.samples()))
+        return _json(workload_document(pool, window, window.snapshot()))
 
     async def workload_samples(request: Request) -> Response:
         authorized(request)
-        return Response(encode_samples(window.samples()))
+        return Response(encode_contents(window.snapshot()))
 
     return {("GET", "/v1/workload"): workload, ("GET", "/v1/workload/samples"): workload_samples,
             ("GET", "/admin/backends"): listing, ("POST", "/admin/backends"): add,

@@ -143,10 +143,10 @@ async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
     endpoint = request.path
     if proxy.inflight >= proxy.settings.max_inflight:
         proxy.metrics.request_outcome(endpoint, "429").inc()
-        proxy.window.add(RequestSample(time.time(), 0, -1, -1.0, -1.0, False))  # demand all the same
+        proxy.window.add(RequestSample(proxy.window.arrive(), 0, -1, -1.0, -1.0, False))  # demand all the same
         raise ClientError(429, f"the proxy is at its limit of {proxy.settings.max_inflight} requests in flight",
                           "rate_limit_exceeded", retry_after=proxy.settings.retry_after_seconds)
-    arrived, arrived_wall = time.perf_counter(), time.time()
+    arrived, arrived_wall = time.perf_counter(), proxy.window.arrive()
     proxy.inflight += 1
     outcome = "cancelled"  # stays so if the client leaves before an answer
     prompt_tokens, output_tokens, ttft, tpot = 0, -1, -1.0, -1.0

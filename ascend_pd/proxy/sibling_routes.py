@@ -13,7 +13,7 @@ from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.metrics import merge_expositions
 from ascend_pd.proxy.siblings import SIBLING_HEADER, Siblings
 from ascend_pd.proxy.wire.server import Handler, Request, Response
-from ascend_pd.proxy.workload_window import RequestSample, decode_samples
+from ascend_pd.proxy.workload_window import WindowContents, decode_contents
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # what a worker may answer to an admin change it already has: a drained or removed backend it no longer knows
@@ -22,10 +22,10 @@ CONFIRMS = {"/admin/backends": {200}, "/admin/backends/drain": {200, 404}, "/adm
 
 def share_with_siblings(routes: dict[tuple[str, str], Handler], siblings: Siblings,
                         session: Callable[[], aiohttp.ClientSession], timeout: float,
-                        workload_of: Callable[[list[RequestSample]], dict] | None = None,
+                        workload_of: Callable[[WindowContents], dict] | None = None,
                         ) -> dict[tuple[str, str], Handler]:
     """`routes` with admin changes, the metaserver, /metrics and the workload window made host-wide; the rest
-    unchanged. `workload_of` summarises samples into GET /v1/workload's answer."""
+    unchanged. `workload_of` summarises window contents into GET /v1/workload's answer."""
 
     def relayed(request: Request) -> bool:
         return SIBLING_HEADER.lower() in request.headers
@@ -67,14 +67,14 @@ def share_with_siblings(routes: dict[tuple[str, str], Handler], siblings: Siblin
 
     async def workload(request: Request) -> Response:
         local = await routes[("GET", "/v1/workload/samples")](request)  # refused here (401): refused everywhere
-        samples = decode_samples(local.body)
+        contents = decode_contents(local.body)
         answers = await tell_siblings(_as_path(request, "/v1/workload/samples"))
         for status, body in answers:
             if status != 200:
                 raise ClientError(502, f"{sum(s != 200 for s, _ in answers)} of {siblings.load.workers - 1} other "
                                        "workers did not share their requests; ask again", "partial_workload")
-            samples += decode_samples(body)
-        return Response(msgspec.json.encode(workload_of(samples)))
+            contents = contents.merged(decode_contents(body))
+        return Response(msgspec.json.encode(workload_of(contents)))
 
     shared = dict(routes)
     if workload_of is not None and ("GET", "/v1/workload") in routes:

@@ -190,7 +190,7 @@ class FakeEngine:
         params = body.get("kv_transfer_params") or {}
         prompt = prompt_text(body)
         if params.get("do_remote_decode"):
-            await asyncio.sleep(self.behaviour.prefill_delay)
+            await self._compute_prompt(prompt)
             return web.json_response(self._prefill(request, body, params, prompt))
         if params.get("do_remote_prefill"):
             self.waiting += 1
@@ -204,8 +204,18 @@ class FakeEngine:
         else:
             if self.role == "decode":
                 self.recomputes += 1
-            await asyncio.sleep(self.behaviour.prefill_delay)
+            await self._compute_prompt(prompt)
         return await self._generate(request, body, prompt)
+
+    # --- pacing: subclasses time the work like an engine would (see tests/fakes/paced_engine.py) -----------------
+    async def _compute_prompt(self, prompt: str) -> None:
+        await asyncio.sleep(self.behaviour.prefill_delay)
+
+    async def _next_token(self, prompt: str) -> None:
+        """Before each output token after the first (and before the whole answer, once per token, when not
+        streamed)."""
+        if self.behaviour.token_delay:
+            await asyncio.sleep(self.behaviour.token_delay)
 
     def _prefill(self, request, body, params, prompt) -> dict[str, Any]:
         answer = self._completion(body, *self._output(body, prompt))
@@ -341,7 +351,8 @@ class FakeEngine:
     async def _generate(self, request: web.Request, body: dict[str, Any], prompt: str) -> web.StreamResponse:
         tokens, finish = self._output(body, prompt)
         if not body.get("stream"):
-            await asyncio.sleep(self.behaviour.token_delay * len(tokens))
+            for _ in tokens:
+                await self._next_token(prompt)
             return web.json_response(self._completion(body, tokens, finish))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -356,8 +367,8 @@ class FakeEngine:
                 self.finish_reasons[finish] += 1
             chunk = self._chunk(body, token, finish if last else None)
             await response.write(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
-            if self.behaviour.token_delay:
-                await asyncio.sleep(self.behaviour.token_delay)
+            if not last:
+                await self._next_token(prompt)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Iterable
-
 import msgspec
 import numpy as np
 
@@ -74,26 +72,46 @@ class EventCounter:
 
 
 class WorkloadWindow:
-    """This worker's finished requests of the last `seconds`."""
+    """This worker's arrivals and finished requests of the last `seconds`. The rate counts arrivals as they come:
+    counted at their end, requests still running (a long decode outlasts a short window) would be missing."""
 
     def __init__(self, seconds: float = WINDOW_SECONDS, clock=time.time):
         self.seconds = seconds
         self._clock = clock
         self.started_at = clock()
+        self._arrivals: collections.deque[float] = collections.deque(maxlen=MAX_SAMPLES)
         self._samples: collections.deque[RequestSample] = collections.deque(maxlen=MAX_SAMPLES)
+
+    def arrive(self) -> float:
+        """Note an arrival now; its time, for the sample added when it ends."""
+        now = self._clock()
+        self._arrivals.append(now)
+        return now
 
     def add(self, sample: RequestSample) -> None:
         self._samples.append(sample)
         self._prune(self._clock())
 
-    def samples(self) -> list[RequestSample]:
+    def snapshot(self) -> WindowContents:
         self._prune(self._clock())
-        return list(self._samples)
+        return WindowContents(list(self._arrivals), list(self._samples))
 
     def _prune(self, now: float) -> None:
         horizon = now - self.seconds
+        while self._arrivals and self._arrivals[0] < horizon:
+            self._arrivals.popleft()
         while self._samples and self._samples[0].at < horizon:
             self._samples.popleft()
+
+
+class WindowContents(msgspec.Struct, array_like=True):
+    """What one worker's window holds: what GET /v1/workload/samples answers, and what the workers' merge adds up."""
+
+    arrivals: list[float]
+    finished: list[RequestSample]
+
+    def merged(self, other: "WindowContents") -> "WindowContents":
+        return WindowContents(self.arrivals + other.arrivals, self.finished + other.finished)
 
 
 def _distribution(values: np.ndarray) -> dict[str, float] | None:
@@ -104,10 +122,11 @@ def _distribution(values: np.ndarray) -> dict[str, float] | None:
     return summary
 
 
-def summarise(samples: Iterable[RequestSample], window: float, started_at: float, now: float,
-              backends: list[dict]) -> dict:
-    """The window as one JSON-ready document: what `ascend-pd replan --observed` reads."""
-    samples = [s for s in samples if s.at >= now - window]
+def summarise(contents: WindowContents, window: float, started_at: float, now: float, backends: list[dict]) -> dict:
+    """The window as one JSON-ready document: what `ascend-pd replan --observed` reads. Lengths and latencies are of
+    the requests that ended in it; the rate and `requests` count the arrivals."""
+    arrivals = [t for t in contents.arrivals if t >= now - window]
+    samples = [s for s in contents.finished if s.at >= now - window]
     observed = max(1e-9, min(window, now - started_at))
     ok = [s for s in samples if s.ok]
     outputs = np.array([s.output_tokens for s in ok if s.output_tokens >= 0], dtype=float)
@@ -116,9 +135,10 @@ def summarise(samples: Iterable[RequestSample], window: float, started_at: float
     return {
         "window_seconds": window,
         "observed_seconds": observed,
-        "requests": len(samples),
+        "requests": len(arrivals),
+        "finished": len(samples),
         "failed": len(samples) - len(ok),
-        "rate_rps": len(samples) / observed,
+        "rate_rps": len(arrivals) / observed,
         "prompt_tokens": _distribution(np.array([s.prompt_tokens for s in samples], dtype=float)),
         "output_tokens": _distribution(outputs),
         "ttft_seconds": _distribution(ttft),
@@ -128,9 +148,9 @@ def summarise(samples: Iterable[RequestSample], window: float, started_at: float
     }
 
 
-def encode_samples(samples: list[RequestSample]) -> bytes:
-    return msgspec.json.encode(samples)
+def encode_contents(contents: WindowContents) -> bytes:
+    return msgspec.json.encode(contents)
 
 
-def decode_samples(body: bytes) -> list[RequestSample]:
-    return msgspec.json.decode(body, type=list[RequestSample])
+def decode_contents(body: bytes) -> WindowContents:
+    return msgspec.json.decode(body, type=WindowContents)

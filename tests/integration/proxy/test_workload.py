@@ -56,7 +56,7 @@ async def test_failed_requests_count_as_demand_and_as_failures(rig):
     statuses = [(await rig.post({"model": "fake-model", "prompt": "x", "max_tokens": 2}))[0] for _ in range(4)]
     assert statuses.count(200) == 2
     seen = await workload(rig)
-    assert seen["requests"] == 4 and seen["failed"] == 2
+    assert seen["requests"] == 4 and seen["finished"] == 4 and seen["failed"] == 2
 
 
 async def test_requests_older_than_the_window_leave_it(rig):

@@ -1,0 +1,74 @@
+"""The closed loop on the local-cpu cluster: the real proxy, the real rendered launch scripts, engines paced by the
+cost model, a seeded Poisson load, and the autoscaler changing the deployment while requests flow."""
+
+import asyncio
+import statistics
+
+import pytest
+import pytest_asyncio
+
+from ascend_pd.planner.resize import counts_of
+from .closed_loop import CHAT, RAG, ClosedLoop, LoadResult, Traffic, offer, planned
+
+pytestmark = pytest.mark.asyncio
+INTERVAL = 5.0
+WINDOW = 10.0  # two intervals: a rate over ~20-40 arrivals
+
+
+@pytest_asyncio.fixture
+async def loop_for(tmp_path):
+    made = []
+
+    async def start(traffic: Traffic, interval: float = INTERVAL) -> ClosedLoop:
+        rig = ClosedLoop(tmp_path, traffic, interval, WINDOW)
+        made.append(rig)
+        await rig.start()
+        return rig
+
+    yield start
+    for rig in made:
+        await rig.stop()
+
+
+async def test_a_shift_to_long_prompts_moves_capacity_from_decode_to_prefill(loop_for):
+    rig = await loop_for(CHAT)
+    assert rig.counts() == counts_of(planned(CHAT))  # 1 P + 2 D
+    scaler = rig.autoscaler()
+    load = LoadResult()
+    chat = asyncio.ensure_future(offer(rig.url, CHAT, 2 * INTERVAL, load, seed=1))
+    assert await rig.intervals(scaler, 2) == ["hold", "hold"]
+    rag = asyncio.ensure_future(offer(rig.url, RAG, 4 * INTERVAL, load, seed=2))  # as the chat traffic ends
+    await rig.intervals(scaler, 3)
+    await asyncio.gather(chat, rag)
+    want = counts_of(planned(RAG))  # 2 P + 1 D: a decode instance became a prefill one
+    assert rig.counts() == want, rig.decisions
+    assert load.failures == [] and load.sent > 60
+
+
+async def test_a_doubled_rate_adds_instances(loop_for):
+    doubled = Traffic(CHAT.prompt_tokens, CHAT.output_tokens, 2 * CHAT.rate)
+    rig = await loop_for(CHAT)
+    start = rig.counts()
+    scaler = rig.autoscaler()
+    load = LoadResult()
+    first = asyncio.ensure_future(offer(rig.url, CHAT, INTERVAL, load, seed=3))
+    await rig.intervals(scaler, 1)
+    second = asyncio.ensure_future(offer(rig.url, doubled, 4 * INTERVAL, load, seed=4))
+    await rig.intervals(scaler, 3)
+    await asyncio.gather(first, second)
+    assert sum(rig.counts().values()) > sum(start.values())
+    assert rig.counts() == counts_of(planned(doubled)), rig.decisions  # 1 P + 3 D
+    assert load.failures == []
+
+
+async def test_steady_noisy_load_changes_nothing_over_twenty_intervals(loop_for):
+    rig = await loop_for(CHAT)
+    start = rig.counts()
+    scaler = rig.autoscaler()
+    load = LoadResult()
+    await asyncio.gather(offer(rig.url, CHAT, 20 * INTERVAL, load, seed=5), rig.intervals(scaler, 20))
+    assert [d for d, _ in rig.decisions].count("apply") == 0 and rig.counts() == start, rig.decisions
+    rates = [line["observed_rate_rps"] for line in rig.log.lines if line.get("phase") == "decision"
+             and "observed_rate_rps" in line]
+    assert len(rates) >= 18 and statistics.pstdev(rates) / statistics.mean(rates) > 0.05  # the load was noisy
+    assert load.failures == []
