@@ -31,6 +31,8 @@ MIN_SAVING = 0.2  # share of devices a change must free when the deployment alre
 SHRINK_MARGIN = 0.5
 CORRECTION_ROUNDS = 4
 SCALE_LIMITS = (0.05, 20.0)  # observed / estimated beyond these says the wrong model or cluster, not a correction
+CORRECTION_WEIGHT = 0.3  # share of a new window's correction against the one before (geometric): one noisy window
+# of latencies moves the cost model a little, a lasting change moves it all the way in a few intervals
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Correction:
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
     note: str = "no streamed requests to compare with: the cost model as calibrated"
+    measured: bool = False  # from observed latencies (now or in an earlier window)
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ def correct(cost: CostModel, choice: Choice, req: Requirements, observed: Observ
         raise InputError(f"the observed latencies are {scales[0]:.3g}x (prefill) and {scales[1]:.3g}x (decode) what "
                          "the cost model gives for this deployment", file=observed.source, field="ttft_seconds",
                          fix="check that --observed is this deployment's proxy, and --calibration its hardware")
-    return Correction(scales[0], scales[1], f"TTFT p50 and TPOT p50 of {observed.streamed} streamed requests")
+    return Correction(scales[0], scales[1], f"TTFT p50 and TPOT p50 of {observed.streamed} streamed requests", True)
 
 
 def _target_choice(cost: CostModel, req: Requirements, budget: int, rate: float,
@@ -213,10 +216,16 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
     if observed.rate > serving:
         # past what it serves within the SLO, latencies grow with the queues, not with the engines' speed: they
         # would read as slow hardware and shrink every option
-        correction = replace(prior, note=f"kept from before: {observed.rate:.2f} req/s is past the {serving:.2f} "
-                                         "the deployment serves within the SLO, where latencies measure queues")
+        kept = "the earlier windows' correction kept" if prior.measured else "not corrected"
+        correction = replace(prior, note=f"{kept}: {observed.rate:.2f} req/s is past the {serving:.2f} the "
+                                         "deployment serves within the SLO, where latencies measure queues")
     else:
         correction = correct(cost, current_choice, req, observed, budget)
+        if prior.measured and correction.measured:  # move from the earlier windows' correction, not to this one
+            w = CORRECTION_WEIGHT
+            correction = Correction(prior.prefill_scale ** (1 - w) * correction.prefill_scale ** w,
+                                    prior.decode_scale ** (1 - w) * correction.decode_scale ** w,
+                                    f"{correction.note}, averaged with the earlier windows'", True)
     cost = replace(cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
     before = predict(cost, current_choice, 1, req, budget, design_rate)
     current = Figures(current_choice.label(), current_choice.devices, before)
