@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ascend_pd.defaults import DECODE_SLOT_UTILISATION
 from ascend_pd.deploy import LoadedDeployment
 from ascend_pd.deploy.schema import Deployment, Instance
 from ascend_pd.errors import InputError
@@ -29,7 +30,7 @@ MIN_SAVING = 0.2  # share of devices a change must free when the deployment alre
 # A smaller deployment must also meet the SLO at the rate this much higher again: shrinking waits for load well below
 # what the smaller one carries, growing does not, so a rate that wanders about one boundary does not flap.
 SHRINK_MARGIN = 0.5
-CORRECTION_ROUNDS = 4
+CORRECTION_ROUNDS = 20  # fixed-point rounds: TPOT grows with the batch it holds, which grows with TPOT
 SCALE_LIMITS = (0.05, 20.0)  # observed / estimated beyond these says the wrong model or cluster, not a correction
 CORRECTION_WEIGHT = 0.3  # share of a new window's correction against the one before (geometric): one noisy window
 # of latencies moves the cost model a little, a lasting change moves it all the way in a few intervals
@@ -125,6 +126,20 @@ def deployed_choice(deployment: Deployment) -> Choice:
     return Choice(kind, tuple(instances), 0.0, sum(i.device_count for i in deployment.instances))
 
 
+def attainment(cost: CostModel, choice: Choice, req: Requirements, budget: int, rate: float) -> dict[str, Any]:
+    """plan.predict's figures, with decode held to what its slots carry: predict takes TPOT at the batch a rank
+    holds, capped at its sequences, and so misses the queue of requests waiting for a slot past that rate."""
+    predicted = predict(cost, choice, 1, req, budget, rate)
+    decode = choice.option("decode") or choice.option("colocated")
+    ranks = choice.count(decode.role) * decode.shape.dp
+    context = req.lengths.mean_decode_context()
+    step = cost.tpot(decode.shape, decode.batch_per_rank, context, req.mtp, req.mtp_acceptance)
+    carried = ranks * DECODE_SLOT_UTILISATION * decode.batch_per_rank / (float(req.lengths.output_tokens.mean()) * step)
+    if rate > carried:
+        predicted = {**predicted, "slo_attainment": 0.0, "goodput_rps": 0.0, "decode_carries_rps": carried}
+    return predicted
+
+
 def correct(cost: CostModel, choice: Choice, req: Requirements, observed: Observed, budget: int) -> Correction:
     if observed.ttft is None and observed.tpot is None:
         return Correction()
@@ -132,11 +147,11 @@ def correct(cost: CostModel, choice: Choice, req: Requirements, observed: Observ
     for _ in range(CORRECTION_ROUNDS):
         predicted = predict(replace(cost, prefill_scale=scales[0], decode_scale=scales[1]), choice, 1, req, budget,
                             observed.rate)
-        if observed.tpot is not None:
-            scales[1] *= observed.tpot.p50 / (predicted["tpot_ms"] / 1e3)
-        if observed.ttft is not None:
-            scales[0] *= observed.ttft.p50 / (predicted["ttft_ms"]["p50"] / 1e3)
-        scales = [min(max(s, SCALE_LIMITS[0]), SCALE_LIMITS[1]) for s in scales]
+        ratios = [observed.ttft.p50 / (predicted["ttft_ms"]["p50"] / 1e3) if observed.ttft else 1.0,
+                  observed.tpot.p50 / (predicted["tpot_ms"] / 1e3) if observed.tpot else 1.0]
+        scales = [min(max(s * r, SCALE_LIMITS[0]), SCALE_LIMITS[1]) for s, r in zip(scales, ratios)]
+        if all(abs(r - 1) < 0.01 for r in ratios):
+            break
     if any(s in SCALE_LIMITS for s in scales):
         raise InputError(f"the observed latencies are {scales[0]:.3g}x (prefill) and {scales[1]:.3g}x (decode) what "
                          "the cost model gives for this deployment", file=observed.source, field="ttft_seconds",
@@ -227,7 +242,7 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
                                     prior.decode_scale ** (1 - w) * correction.decode_scale ** w,
                                     f"{correction.note}, averaged with the earlier windows'", True)
     cost = replace(cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
-    before = predict(cost, current_choice, 1, req, budget, design_rate)
+    before = attainment(cost, current_choice, req, budget, design_rate)
     current = Figures(current_choice.label(), current_choice.devices, before)
     reasons = [f"observed {observed.describe()}; sized for {design_rate:.2f} req/s ({headroom:.0%} headroom)"]
     required = deployment.slo.attainment
@@ -245,10 +260,10 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
     target_counts = _counts(choice, units)
     after_choice = replace(choice, instances=tuple((o, n * units) for o, n in choice.instances),
                            devices=choice.devices * units)
-    target = Figures(after_choice.label(), after_choice.devices, predict(cost, after_choice, 1, req, budget,
-                                                                       design_rate))
+    target = Figures(after_choice.label(), after_choice.devices, attainment(cost, after_choice, req, budget,
+                                                                          design_rate))
     proposal = Proposal(observed, design_rate, correction, current, target, False, reasons)
-    at_load = predict(cost, current_choice, 1, req, budget, observed.rate)["slo_attainment"]
+    at_load = attainment(cost, current_choice, req, budget, observed.rate)["slo_attainment"]
     proposal.urgent = at_load < deployment.slo.attainment - 1e-9
     if target_counts == counts_of(deployment):
         reasons.append("the deployment already has the instances the plan gives for this workload")
@@ -266,7 +281,7 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
         return proposal
     if meets_now:
         margin_rate = observed.rate * (1 + headroom + shrink_margin)
-        at_margin = predict(cost, after_choice, 1, req, budget, margin_rate)["slo_attainment"]
+        at_margin = attainment(cost, after_choice, req, budget, margin_rate)["slo_attainment"]
         if at_margin < required - 1e-9:
             reasons.append(f"the deployment meets the SLO; the smaller {target.label} would miss it at "
                            f"{margin_rate:.2f} req/s ({shrink_margin:.0%} shrink margin): {at_margin:.0%}")

@@ -1,0 +1,35 @@
+"""The workload window's pieces: token events counted across chunk edges, the window's edges, the summary."""
+
+from ascend_pd.proxy.workload_window import (EventCounter, RequestSample, WindowContents, WorkloadWindow,
+                                             completion_tokens, summarise)
+
+
+def test_events_split_across_chunks_count_once():
+    stream = b"".join(b'data: {"t": %d}\n\n' % i for i in range(7)) + b"data: [DONE]\n\n"
+    for cut in range(1, len(stream)):
+        counter = EventCounter()
+        counter.feed(stream[:cut])
+        counter.feed(stream[cut:])
+        assert counter.tokens(done_seen=True) == 7, cut
+
+
+def test_a_whole_answer_gives_its_usage_or_nothing():
+    assert completion_tokens(b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}}') == 9
+    assert completion_tokens(b'{"choices": []}') == -1 and completion_tokens(b"not json") == -1
+
+
+def test_the_rate_counts_arrivals_not_ends_and_old_ones_leave():
+    now = [1000.0]
+    window = WorkloadWindow(10.0, clock=lambda: now[0])
+    for i in range(30):  # 3 req/s for 10 s, each still running when it is summarised
+        now[0] = 1000.5 + i / 3
+        window.arrive()
+    now[0] = 1010.3
+    window.add(RequestSample(now[0] - 1, 100, 20, 0.5, 0.02, True))
+    contents = window.snapshot()
+    summary = summarise(contents, 10.0, window.started_at, now[0], [])
+    assert summary["rate_rps"] == 3.0 and summary["finished"] == 1 and summary["requests"] == 30
+    now[0] += 20
+    emptied = window.snapshot()
+    assert emptied.arrivals == [] and emptied.finished == []
+
