@@ -156,14 +156,14 @@ async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
         opened = await serve(ctx, proxy.env, proxy.mode_now())
         first_at = time.perf_counter()
         proxy.metrics.first_token_seconds.observe(first_at - arrived)
-        events = EventCounter()
+        events = EventCounter(strip_usage=ctx.usage_added)
         streaming = opened.streaming
         whole = opened.first
         response = await relay(request, opened, proxy.metrics, events)
         outcome = "200"
         if streaming:
             ttft = first_at - arrived
-            output_tokens = events.tokens(done_seen=True)
+            output_tokens = events.tokens()
             if output_tokens >= 2:
                 tpot = (events.last_at - first_at) / (output_tokens - 1)
                 proxy.metrics.time_per_output_token.observe(tpot)
@@ -195,9 +195,15 @@ def _context(request: Request, proxy: Proxy) -> RequestContext:
     if "authorization" in request.headers:
         headers["Authorization"] = request.headers["authorization"]
     prompt = prompt_text(body)
+    streaming = is_streaming(body)
+    options = body.get("stream_options")
+    usage_added = streaming and (options is None or isinstance(options, dict)) and not (options or {}).get(
+        "include_usage")
+    if usage_added:  # the exact output token count, for the workload window; taken out before the client sees it
+        body = {**body, "stream_options": {**(options or {}), "include_usage": True}}
     return RequestContext(request_id=request_id, path=request.path, body=body,
                           route=RouteRequest(prompt, proxy.tokens.count(prompt)), headers=headers,
-                          streaming=is_streaming(body))
+                          streaming=streaming, usage_added=usage_added)
 
 
 async def _models(proxy: Proxy, request: Request) -> Response:

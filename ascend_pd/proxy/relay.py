@@ -24,8 +24,7 @@ async def relay(request: Request, opened: Opened, metrics: ProxyMetrics,
             return Response(opened.first)
         stream = request.stream(200, SSE_HEADERS)
         if opened.response is None:  # the whole stream is already here
-            events.feed(opened.first)
-            await stream.end(opened.first)
+            await stream.end(events.feed(opened.first))
         else:
             await _relay_stream(stream, opened, metrics, events)
         return stream
@@ -43,7 +42,7 @@ async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics, e
 
     def forward(chunk: bytes) -> None:
         nonlocal tail
-        events.feed(chunk)
+        chunk = events.feed(chunk)
         if stream.ended:  # nothing may follow [DONE]: whatever does is dropped
             return
         tail = chunk[-TAIL:] if len(chunk) >= TAIL else (tail + chunk)[-TAIL:]

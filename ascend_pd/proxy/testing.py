@@ -369,12 +369,18 @@ class FakeEngine:
             await response.write(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
             if not last:
                 await self._next_token(prompt)
+        if (body.get("stream_options") or {}).get("include_usage"):  # vLLM's last chunk: no choice, the usage
+            usage = self._completion(body, tokens, finish, count=False)["usage"]
+            await response.write(b"data: " + msgspec.json.encode({"id": "cmpl-fake", "object": "text_completion",
+                                                                  "model": self.model, "choices": [],
+                                                                  "usage": usage}) + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
 
-    def _completion(self, body, tokens: list[str], finish: str) -> dict[str, Any]:
-        self.finish_reasons[finish] += 1
+    def _completion(self, body, tokens: list[str], finish: str, count: bool = True) -> dict[str, Any]:
+        if count:
+            self.finish_reasons[finish] += 1
         text = "".join(tokens)
         # an EOS is an output token too, with no text
         usage = {"prompt_tokens": len(prompt_text(body).split()), "completion_tokens": len(tokens) + (finish == "stop")}

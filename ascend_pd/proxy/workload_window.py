@@ -51,24 +51,48 @@ def completion_tokens(body: bytes) -> int:
 
 
 class EventCounter:
-    """Counts the SSE data events of a stream as its chunks pass (one per token in vLLM's streams, bar the final
-    [DONE]) and notes when the last one came. A `data: ` split across two chunks is still counted once."""
+    """Counts the SSE data events of a stream as its chunks pass and notes when the last one came; a `data: ` split
+    across two chunks is still counted once. An event is one engine step, which is one token only without MTP and
+    with vLLM's default stream interval; the exact count is the usage event vLLM sends last when the request asks
+    for it (`stream_options.include_usage`), which the proxy asks for on every stream and takes out again when the
+    client did not (`strip_usage`)."""
 
     MARK = b"data: "
+    USAGE = b'"choices":[],'  # vLLM's final usage chunk (compact JSON): no choice, the usage
 
-    def __init__(self):
+    def __init__(self, strip_usage: bool = False):
         self.events = 0
         self.last_at = 0.0
+        self.usage_tokens = -1
+        self._strip = strip_usage
         self._tail = b""
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> bytes:
+        """Count `chunk`; the chunk to pass on (without the usage event, when it is whole in it and stripped)."""
         joined = self._tail + chunk
         self.events += joined.count(self.MARK) - self._tail.count(self.MARK)
         self._tail = joined[-(len(self.MARK) - 1):]
         self.last_at = time.perf_counter()
+        if self.USAGE in chunk:
+            chunk = self._take_usage(chunk)
+        return chunk
 
-    def tokens(self, done_seen: bool) -> int:
-        return max(0, self.events - (1 if done_seen else 0))
+    def _take_usage(self, chunk: bytes) -> bytes:
+        at = chunk.index(self.USAGE)
+        start, end = chunk.rfind(self.MARK, 0, at), chunk.find(b"\n\n", at)
+        if start < 0 or end < 0:  # split over two reads: it reaches the client, where it is a valid OpenAI event
+            return chunk
+        try:
+            usage = msgspec.json.decode(chunk[start + len(self.MARK):end], type=UsageOnly).usage
+        except msgspec.DecodeError:
+            return chunk
+        if usage is not None:
+            self.usage_tokens = usage.completion_tokens
+        return chunk[:start] + chunk[end + 2:] if self._strip else chunk
+
+    def tokens(self) -> int:
+        """Output tokens: the usage event's count, else one per event bar [DONE]."""
+        return self.usage_tokens if self.usage_tokens >= 0 else max(0, self.events - 1)
 
 
 class WorkloadWindow:

@@ -27,6 +27,7 @@ class RequestContext:
     route: RouteRequest
     headers: dict[str, str]  # sent to every backend: X-Request-Id, and the client's Authorization if any
     streaming: bool
+    usage_added: bool = False  # the proxy asked for the stream's usage event (the client did not): strip it
     tried: dict[str, set[str]] = field(default_factory=dict)  # role -> URLs that failed this request
     # role -> URLs picked only when no other backend is left: the pair of a KV handoff that failed this request
     avoid: dict[str, set[str]] = field(default_factory=dict)

@@ -66,3 +66,15 @@ async def test_requests_older_than_the_window_leave_it(rig):
     assert (await rig.post({"model": "fake-model", "prompt": "new", "max_tokens": 2}))[0] == 200
     seen = await workload(rig)
     assert seen["requests"] == 1 and seen["rate_rps"] == pytest.approx(1.0, rel=0.05)
+
+
+async def test_streams_carry_the_usage_event_only_when_the_client_asked_for_it(rig):
+    await rig.start(admin_token="s3cret")
+    body = {"model": "fake-model", "prompt": "count me", "max_tokens": 6, "stream": True}
+    _, plain = await rig.post(body)
+    _, asked = await rig.post({**body, "stream_options": {"include_usage": True}})
+    assert b'"usage"' not in plain and plain.endswith(b"data: [DONE]\n\n")
+    assert b'"choices":[],"usage"' in asked and asked.endswith(b"data: [DONE]\n\n")
+    assert all(b.get("stream_options", {}).get("include_usage") for b in rig.decodes[0].received)
+    assert all("stream_options" not in b for b in rig.prefills[0].received)  # vLLM refuses them without a stream
+    assert (await workload(rig))["output_tokens"]["mean"] == 6

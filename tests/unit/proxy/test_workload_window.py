@@ -10,7 +10,28 @@ def test_events_split_across_chunks_count_once():
         counter = EventCounter()
         counter.feed(stream[:cut])
         counter.feed(stream[cut:])
-        assert counter.tokens(done_seen=True) == 7, cut
+        assert counter.tokens() == 7, cut
+
+
+USAGE_EVENT = b'data: {"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":12}}\n\n'
+
+
+def test_the_usage_event_gives_the_token_count_and_is_taken_out_when_the_proxy_asked_for_it():
+    # with MTP one event carries every token a step accepted: 4 events here, 12 tokens
+    events = b"".join(b'data: {"choices":[{"text":"abc"}]}\n\n' for _ in range(4))
+    for strip in (True, False):
+        counter = EventCounter(strip_usage=strip)
+        passed = counter.feed(events) + counter.feed(USAGE_EVENT + b"data: [DONE]\n\n")
+        assert counter.tokens() == 12
+        assert (USAGE_EVENT in passed) is not strip and passed.endswith(b"data: [DONE]\n\n")
+        assert passed.replace(USAGE_EVENT, b"") == events + b"data: [DONE]\n\n"
+
+
+def test_a_usage_event_split_over_two_reads_passes_through_whole():
+    counter = EventCounter(strip_usage=True)
+    cut = len(USAGE_EVENT) // 2
+    passed = counter.feed(USAGE_EVENT[:cut]) + counter.feed(USAGE_EVENT[cut:])
+    assert passed == USAGE_EVENT
 
 
 def test_a_whole_answer_gives_its_usage_or_nothing():
