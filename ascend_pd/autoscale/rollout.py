@@ -99,6 +99,11 @@ class Launcher:
                 for node in plan.instance_nodes(instance)]
 
 
+def _each(action: Callable[[str], object], urls: list[str]) -> None:
+    for url in urls:
+        action(url)
+
+
 def _loaded(deployment: Deployment, path: Path) -> LoadedDeployment:
     return parse_deployment(dump_deployment(deployment), str(path))
 
@@ -165,13 +170,13 @@ class Rollout:
     def _retire(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str) -> None:
         endpoints = self._endpoints(deployment, instance)
         urls = [e.url for e in endpoints]
-        self._phase(step, "drain", lambda: [self.proxy.drain(url) for url in urls] and None)
+        self._phase(step, "drain", lambda: _each(self.proxy.drain, urls))
         try:
             self._phase(step, "idle", lambda: self.proxy.wait_idle(urls, self.timeouts.drain))
         except StepFailed:
             self._join(step, endpoints)  # it keeps serving: the proxy gets back what the drain took
             raise
-        self._phase(step, "leave", lambda: [self.proxy.remove(url) for url in urls] and None)
+        self._phase(step, "leave", lambda: _each(self.proxy.remove, urls))
         self._phase(step, "stop", lambda: self.launcher.stop(plan, instance))
 
     def run(self, current: Deployment, target: Deployment, steps: list[Step]) -> Deployment:
@@ -199,7 +204,10 @@ class Rollout:
             self.log.write(phase="rollout", status="failed", error=str(exc))
         order = [name for name in [*(i.name for i in current.instances), *wanted] if name in running]
         result = target.model_copy(update={"instances": [running[name] for name in dict.fromkeys(order)]})
-        self._write(result)
+        try:
+            self._write(result)
+        except StepFailed as exc:  # what runs was valid when it started: say so, and keep the loop alive
+            self.log.write(phase="write", status="failed", error=str(exc))
         return result
 
     def _diff(self, current: Deployment, target: Deployment) -> str:

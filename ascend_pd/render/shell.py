@@ -125,5 +125,5 @@ def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process])
 
 def script(description: list[str], body: list[str]) -> str:
     comment = [f"# {line}" if line else "#" for line in description]
-    return "\n".join(["#!/usr/bin/env bash", *comment, "# Written by `ascend-pd render`: render again rather than edit.",
-                      HEADER, *body]) + "\n"
+    return "\n".join(["#!/usr/bin/env bash", *comment,
+                      "# Written by `ascend-pd render`: render again rather than edit.", HEADER, *body]) + "\n"

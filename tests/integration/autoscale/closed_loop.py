@@ -54,7 +54,8 @@ RAG = Traffic(512, 16, 2.0)  # long prompts, short outputs: 2 P + 1 D
 
 def cost_model() -> CostModel:
     cluster = load_cluster("local-cpu")
-    return CostModel(get_model("tiny-llama-gqa"), cluster.chip, cluster, calibration=load_calibration(CALIBRATION, "cpu"))
+    return CostModel(get_model("tiny-llama-gqa"), cluster.chip, cluster,
+                     calibration=load_calibration(CALIBRATION, "cpu"))
 
 
 def planned(traffic: Traffic, headroom: float = HEADROOM):

@@ -1,6 +1,6 @@
 """The workload window's pieces: token events counted across chunk edges, the window's edges, the summary."""
 
-from ascend_pd.proxy.workload_window import (EventCounter, RequestSample, WindowContents, WorkloadWindow,
+from ascend_pd.proxy.workload_window import (EventCounter, RequestSample, WorkloadWindow,
                                              completion_tokens, summarise)
 
 
@@ -13,7 +13,8 @@ def test_events_split_across_chunks_count_once():
         assert counter.tokens() == 7, cut
 
 
-USAGE_EVENT = b'data: {"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":12}}\n\n'
+USAGE_EVENT = (b'data: {"id":"c","object":"text_completion","choices":[],'
+               b'"usage":{"prompt_tokens":5,"completion_tokens":12}}\n\n')
 
 
 def test_the_usage_event_gives_the_token_count_and_is_taken_out_when_the_proxy_asked_for_it():
