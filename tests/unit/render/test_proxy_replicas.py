@@ -41,7 +41,8 @@ def flag(argv, name):
 
 
 def stopped(script: str) -> list[str]:
-    line, = [line for line in script.splitlines() if line.startswith("stop ")]
+    # the names it stops when called without any ('stop "$@"' stops the ones it is given)
+    line, = [line.strip() for line in script.splitlines() if line.strip().startswith("stop ") and "$@" not in line]
     return shlex.split(line)[1:]
 
 
