@@ -58,7 +58,9 @@ class Engine:
         self.role, self.port, self.kv_port = role, port, kv_port
         self.url = f"http://{host_ip}:{port}"
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(models / MODEL),
-                   "--served-model-name", MODEL, "--dtype", "bfloat16", "--max-model-len", "1024",
+                   # float32 as the other e2e engines: in bfloat16, D's decode kernel on P's KV and a recompute's
+                   # prefill kernel round differently, and a greedy token can flip a few tokens in (it did, once)
+                   "--served-model-name", MODEL, "--dtype", "float32", "--max-model-len", "1024",
                    "--enforce-eager", "--port", str(port), "--kv-transfer-config",
                    kv_transfer_config("kv_producer" if role == "prefill" else "kv_consumer", mode, kv_port, role)]
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=cores, MC_FORCE_TCP="1",
