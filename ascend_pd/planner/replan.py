@@ -275,9 +275,9 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
         reasons.append(f"the change would raise SLO attainment by {gain:.1%} only (threshold {min_gain:.0%})")
         return proposal
     if meets_now and saving < min_saving:
-        gain = (f"the plan would free {saving:.0%} of its devices (threshold {min_saving:.0%})" if saving > 0 else
-                f"the plan ({target.label}) would free no device")
-        reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); {gain}")
+        freed = (f"the plan would free {saving:.0%} of its devices (threshold {min_saving:.0%})" if saving > 0 else
+                 f"the plan ({target.label}) would free no device")
+        reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); {freed}")
         return proposal
     if meets_now:
         margin_rate = observed.rate * (1 + headroom + shrink_margin)
