@@ -27,11 +27,17 @@ def recording_kubectl(tmp_path: Path) -> tuple[str, Path]:
     return str(script), calls
 
 
-def test_k8s_start_and_stop_apply_and_delete_the_instance_manifest(tmp_path):
+def k8s_bundle(tmp_path: Path) -> Path:
+    """The shipped local-cpu example rendered for k8s into tmp_path/bundle; its deployment file."""
     source = load_deployment(ROOT / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml")
     bundle = tmp_path / "bundle"
     write_bundle(render_bundle(source, RenderOptions(target="k8s")).files, bundle)
-    deployment_file = bundle / "deployment.yaml"
+    return bundle / "deployment.yaml"
+
+
+def test_k8s_start_and_stop_apply_and_delete_the_instance_manifest(tmp_path):
+    deployment_file = k8s_bundle(tmp_path)
+    bundle = deployment_file.parent
     loaded = load_deployment(deployment_file)
     kubectl, calls = recording_kubectl(tmp_path)
     launcher = Launcher(bundle, "k8s", kubectl=kubectl)
@@ -45,10 +51,8 @@ def test_k8s_start_and_stop_apply_and_delete_the_instance_manifest(tmp_path):
 
 
 def test_a_k8s_rollout_logs_the_manifest_diff_and_takes_back_an_instance_that_never_gets_healthy(tmp_path):
-    source = load_deployment(ROOT / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml")
-    bundle = tmp_path / "bundle"
-    write_bundle(render_bundle(source, RenderOptions(target="k8s")).files, bundle)
-    deployment_file = bundle / "deployment.yaml"
+    deployment_file = k8s_bundle(tmp_path)
+    bundle = deployment_file.parent
     current = load_deployment(deployment_file)
     one = Shape()
     decode = next(i for i in current.deployment.instances if i.role == "decode")
