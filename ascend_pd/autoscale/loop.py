@@ -129,7 +129,10 @@ class Autoscaler:
         entry = {"phase": "decision", "decision": decision, **extra}
         if proposal is not None:
             entry.update(reasons=proposal.reasons, observed_rate_rps=round(proposal.observed.rate, 3),
-                         running=proposal.current.label,
+                         running=proposal.current.label, urgent=proposal.urgent,
+                         correction={"prefill_scale": round(proposal.correction.prefill_scale, 3),
+                                     "decode_scale": round(proposal.correction.decode_scale, 3),
+                                     "note": proposal.correction.note},
                          planned=proposal.target.label if proposal.target else None)
         self.log.write(**entry)
         if self.metrics is not None:

@@ -18,7 +18,7 @@ from ascend_pd.models import get_model
 from ascend_pd.perf.calibration import load_calibration
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import Option, Requirements
-from ascend_pd.planner.observed import Observed
+from ascend_pd.planner.observed import MIN_LATENCY_SAMPLES, Observed
 from ascend_pd.planner.placement import vllm_args
 from ascend_pd.planner.plan import PlanInputs, predict, requirements, settle
 from ascend_pd.planner.resize import RoleShape, Step, counts_of, resize, shape_of
@@ -43,7 +43,8 @@ class Correction:
 
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
-    note: str = "no streamed requests to compare with: the cost model as calibrated"
+    note: str = (f"fewer than {MIN_LATENCY_SAMPLES} streamed requests ended in the window to compare with: the cost "
+                 "model as calibrated")
     measured: bool = False  # from observed latencies (now or in an earlier window)
 
 
@@ -236,7 +237,9 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
                                          "deployment serves within the SLO, where latencies measure queues")
     else:
         correction = correct(cost, current_choice, req, observed, budget)
-        if prior.measured and correction.measured:  # move from the earlier windows' correction, not to this one
+        if prior.measured and not correction.measured:  # a window too quiet to tell says nothing new
+            correction = replace(prior, note=f"the earlier windows' correction kept: {correction.note}")
+        elif prior.measured and correction.measured:  # move from the earlier windows' correction, not to this one
             w = CORRECTION_WEIGHT
             correction = Correction(prior.prefill_scale ** (1 - w) * correction.prefill_scale ** w,
                                     prior.decode_scale ** (1 - w) * correction.decode_scale ** w,

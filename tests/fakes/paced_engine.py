@@ -24,6 +24,7 @@ from ascend_pd.proxy.testing import FakeEngine
 from ascend_pd.proxy.tokens import EstimatedTokens
 
 ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", None: "colocated"}
+STEP_SLACK = 0.005  # seconds of a late step that the next ones make up; a longer pause (the engine idle) starts anew
 
 
 class PrefillBatches:
@@ -73,9 +74,15 @@ class DecodeSteps:
         await done
 
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        ends = loop.time()
         while self._waiting:
             batch, self._waiting = self._waiting[:self._seats], self._waiting[self._seats:]
-            await asyncio.sleep(self._step_of(len(batch), sum(c for c, _ in batch) / len(batch)))
+            # steps follow one another on the engine's clock: the time the served sequences take to send their
+            # token and queue again (vLLM streams outputs while the next step runs) is not added to every step
+            step = self._step_of(len(batch), sum(c for c, _ in batch) / len(batch))
+            ends = max(ends, loop.time() - STEP_SLACK) + step
+            await asyncio.sleep(max(0.0, ends - loop.time()))
             for _, done in batch:
                 if not done.done():
                     done.set_result(None)

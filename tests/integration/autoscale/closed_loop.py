@@ -5,6 +5,7 @@ proxy in front, a seeded Poisson load, and the autoscaler observing and changing
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import shlex
@@ -94,6 +95,10 @@ class ClosedLoop:
 
     def counts(self) -> Counter:
         return counts_of(load_deployment(self.deployment_file).deployment)
+
+    def log_text(self) -> str:
+        """The autoscaler's JSON lines, for an assertion's message."""
+        return "\n".join(json.dumps(line) for line in self.log.lines)
 
     async def start(self) -> None:
         subprocess.run([*shlex.split(self.env_prefix), "bash", str(self.bundle / "launch-localhost-00.sh")],

@@ -12,15 +12,18 @@ from .closed_loop import CHAT, RAG, ClosedLoop, LoadResult, Traffic, offer, plan
 
 pytestmark = pytest.mark.asyncio
 INTERVAL = 5.0
-WINDOW = 10.0  # two intervals: a rate over ~20-40 arrivals
+WINDOW = 10.0  # two intervals: a rate over ~20-40 arrivals, so a shift shows within two intervals
+# Steady load is judged over a window of four intervals: a 10 s window's count of ~42 Poisson arrivals swings by a
+# quarter either way, as far as the edges of the band where 1 P + 2 D stays the plan (which move with the correction)
+STEADY_WINDOW = 20.0
 
 
 @pytest_asyncio.fixture
 async def loop_for(tmp_path):
     made = []
 
-    async def start(traffic: Traffic, interval: float = INTERVAL) -> ClosedLoop:
-        rig = ClosedLoop(tmp_path, traffic, interval, WINDOW)
+    async def start(traffic: Traffic, interval: float = INTERVAL, window: float = WINDOW) -> ClosedLoop:
+        rig = ClosedLoop(tmp_path, traffic, interval, window)
         made.append(rig)
         await rig.start()
         return rig
@@ -41,7 +44,7 @@ async def test_a_shift_to_long_prompts_moves_capacity_from_decode_to_prefill(loo
     await rig.intervals(scaler, 3)
     await asyncio.gather(chat, rag)
     want = counts_of(planned(RAG))  # 2 P + 1 D: a decode instance became a prefill one
-    assert rig.counts() == want, rig.decisions
+    assert rig.counts() == want, rig.log_text()
     assert load.failures == [] and load.sent > 60
 
 
@@ -57,17 +60,18 @@ async def test_a_doubled_rate_adds_instances(loop_for):
     await rig.intervals(scaler, 3)
     await asyncio.gather(first, second)
     assert sum(rig.counts().values()) > sum(start.values())
-    assert rig.counts() == counts_of(planned(doubled)), rig.decisions  # 1 P + 3 D
+    assert rig.counts() == counts_of(planned(doubled)), rig.log_text()  # 1 P + 3 D
     assert load.failures == []
 
 
 async def test_steady_noisy_load_changes_nothing_over_twenty_intervals(loop_for):
-    rig = await loop_for(CHAT)
+    rig = await loop_for(CHAT, window=STEADY_WINDOW)
     start = rig.counts()
     scaler = rig.autoscaler()
     load = LoadResult()
     await asyncio.gather(offer(rig.url, CHAT, 20 * INTERVAL, load, seed=5), rig.intervals(scaler, 20))
-    assert [d for d, _ in rig.decisions].count("apply") == 0 and rig.counts() == start, rig.decisions
+    assert {d for d, _ in rig.decisions} <= {"hold", "wait"}, rig.log_text()
+    assert rig.counts() == start
     rates = [line["observed_rate_rps"] for line in rig.log.lines if line.get("phase") == "decision"
              and "observed_rate_rps" in line]
     assert len(rates) >= 18 and statistics.pstdev(rates) / statistics.mean(rates) > 0.05  # the load was noisy

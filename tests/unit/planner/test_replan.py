@@ -111,20 +111,35 @@ def test_an_order_that_serves_less_than_the_load_is_caught():
     assert _unsafe(trail, load=1.5) is None and _unsafe(trail, load=2.0) is trail[0]
 
 
+def slow_engines_window(loaded, prefill_scale: float, decode_scale: float, rate: float) -> dict:
+    """A window of chat traffic whose median TTFT and TPOT are the model's with engines this much slower."""
+    slow = replace(cost_model(loaded, CALIBRATION), prefill_scale=prefill_scale, decode_scale=decode_scale)
+    workload = Workload(input_tokens=LengthDistribution(mean=64), output_tokens=LengthDistribution(mean=128),
+                        rate=rate * 1.2)
+    req = requirements(slow, PlanInputs(workload, SLO_HERE, rate=rate * 1.2, kv_mode="pull"))
+    truth = predict(slow, deployed_choice(loaded.deployment), 1, req, 4, rate)
+    return window(64, 128, rate, ttft=truth["ttft_ms"]["p50"] / 1e3, tpot=truth["tpot_ms"] / 1e3, streamed=100)
+
+
 def test_the_correction_recovers_how_much_slower_the_engines_are_than_the_model():
     loaded = running(64, 128, 6.0)
-    cost = cost_model(loaded, CALIBRATION)
-    slow = replace(cost, prefill_scale=1.6, decode_scale=2.0)  # what the engines really take
-    observed_rate = 3.0
-    workload = Workload(input_tokens=LengthDistribution(mean=64), output_tokens=LengthDistribution(mean=128),
-                        rate=observed_rate * 1.2)
-    req = requirements(slow, PlanInputs(workload, SLO_HERE, rate=observed_rate * 1.2, kv_mode="pull"))
-    truth = predict(slow, deployed_choice(loaded.deployment), 1, req, 4, observed_rate)
-    seen = window(64, 128, observed_rate, ttft=truth["ttft_ms"]["p50"] / 1e3, tpot=truth["tpot_ms"] / 1e3,
-                  streamed=100)
+    seen = slow_engines_window(loaded, prefill_scale=1.6, decode_scale=2.0, rate=3.0)
     correction = replan(loaded, parse_observed(seen, "w"), CALIBRATION).correction
     assert correction.decode_scale == pytest.approx(2.0, rel=0.1)
     assert correction.prefill_scale == pytest.approx(1.6, rel=0.25)
+
+
+def test_a_window_too_quiet_for_latencies_keeps_the_earlier_windows_correction():
+    loaded = running(64, 128, 6.0)
+    measured = replan(loaded, parse_observed(slow_engines_window(loaded, 1.3, 1.5, rate=3.0), "w"),
+                      CALIBRATION).correction
+    assert measured.measured and measured.decode_scale == pytest.approx(1.5, rel=0.1)
+    quiet = parse_observed(window(64, 128, 3.0, streamed=3), "w")
+    assert quiet.ttft is None and quiet.tpot is None
+    kept = replan(loaded, quiet, CALIBRATION, prior=measured).correction
+    assert (kept.prefill_scale, kept.decode_scale, kept.measured) == (measured.prefill_scale, measured.decode_scale,
+                                                                      True)
+    assert replan(loaded, quiet, CALIBRATION).correction.decode_scale == 1.0  # no earlier window: as calibrated
 
 
 def test_resize_refuses_a_start_the_cluster_has_no_devices_for():
