@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import yaml
@@ -24,7 +25,8 @@ START_TIMEOUT_S = float(os.environ.get("E2E_START_TIMEOUT_S", "900"))
 def ascend_pd(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", *args], capture_output=True, text=True)
     if check and result.returncode != 0:
-        raise AssertionError(f"ascend-pd {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"ascend-pd {' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stdout}\n{result.stderr}")
     return result
 
 
@@ -40,6 +42,19 @@ def http_text(url: str, timeout: float = 10.0) -> str:
         return response.read().decode()
 
 
+def sse_events(response: Iterable[bytes]) -> Iterator[dict | None]:
+    """The JSON events of a server-sent-events body, then None for its `data: [DONE]` (absent if it never came)."""
+    for raw in response:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            yield None
+            return
+        yield json.loads(payload)
+
+
 def stream_completion(url: str, body: dict, timeout: float = 300.0) -> tuple[str, list[dict]]:
     """POST a streaming request; return the concatenated text and the parsed SSE events."""
     host, port, path = _split(url)
@@ -49,14 +64,9 @@ def stream_completion(url: str, body: dict, timeout: float = 300.0) -> tuple[str
     assert response.status == 200, response.read()[:500]
     assert response.getheader("Content-Type", "").startswith("text/event-stream")
     events, text = [], []
-    for raw in response:
-        line = raw.decode().strip()
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
+    for event in sse_events(response):
+        if event is None:
             break
-        event = json.loads(payload)
         assert "error" not in event, event
         events.append(event)
         for choice in event.get("choices", []):

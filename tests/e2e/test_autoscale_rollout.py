@@ -29,7 +29,7 @@ from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 from .conftest import case_logs, local_deployment
-from .stack import http_json, http_text, metric
+from .stack import http_json, http_text, metric, sse_events
 from .workload import WORDS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -84,15 +84,10 @@ def stream(base_url: str, index: int) -> Answer:
             answer.error = response.read()[:300].decode(errors="replace")
             return answer
         texts = []
-        for raw in response:
-            line = raw.decode().strip()
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
+        for event in sse_events(response):
+            if event is None:
                 answer.done = True
                 break
-            event = json.loads(payload)
             if "error" in event:
                 answer.error = json.dumps(event)[:300]
                 break
