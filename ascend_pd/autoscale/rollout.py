@@ -52,16 +52,18 @@ class RolloutLog:
 
 class Launcher:
     """Starts and stops instances of the bundle in `bundle`: `bash` runs launch-<node>.sh / stop-<node>.sh with the
-    instance's process names through the node command (`ssh {host}` by default; the bundle must be at the same path
-    on every node); `k8s` applies or deletes the instance's manifest with kubectl."""
+    instance's process names through the node command (`ssh {host}` by default), at the bundle's path on the node:
+    a shared file system, or the copy command run here before every start (the bundle was just rewritten); `k8s`
+    applies or deletes the instance's manifest with kubectl."""
 
     def __init__(self, bundle: Path, target: str = "bash", node_command: str = DEFAULT_NODE_COMMAND,
-                 kubectl: str = DEFAULT_KUBECTL, timeout: float = Timeouts.command):
+                 kubectl: str = DEFAULT_KUBECTL, timeout: float = Timeouts.command, copy_command: str = ""):
         self.bundle = bundle.resolve()
         self.target = target
         self.node_command = node_command
         self.kubectl = kubectl
         self.timeout = timeout
+        self.copy_command = copy_command
 
     def _run(self, argv: list[str]) -> str:
         try:
@@ -80,13 +82,21 @@ class Launcher:
         prefix = shlex.split(self.node_command.format(host=host, node=node))
         return [*prefix, "bash", str(self.bundle / script), *names]
 
+    def _copy_to(self, plan: LaunchPlan, node: str) -> None:
+        if self.copy_command:
+            host = plan.cluster.node(node).host_ip
+            self._run(shlex.split(self.copy_command.format(bundle=self.bundle, host=host, node=node)))
+
     def start(self, plan: LaunchPlan, instance: str) -> list[str]:
         if self.target == "k8s":
             return [self._run([*shlex.split(self.kubectl), "apply", "-f", str(self.bundle / "k8s/configmap.yaml"),
                                "-f", str(self.bundle / f"k8s/{instance}.yaml")])]
-        return [self._run(self._on_node(plan, node, f"launch-{node}.sh",
-                                        [p.name for p in plan.instance_processes(instance, node)]))
-                for node in plan.instance_nodes(instance)]
+        said = []
+        for node in plan.instance_nodes(instance):
+            self._copy_to(plan, node)
+            said.append(self._run(self._on_node(plan, node, f"launch-{node}.sh",
+                                                [p.name for p in plan.instance_processes(instance, node)])))
+        return said
 
     def stop(self, plan: LaunchPlan, instance: str) -> list[str]:
         if self.target == "k8s":

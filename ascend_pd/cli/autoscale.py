@@ -29,8 +29,12 @@ from ascend_pd.errors import InputError
               help="bash: the bundle's launch/stop scripts through --node-command; k8s: kubectl apply/delete of the "
                    "instance manifests")
 @click.option("--node-command", default="ssh {host}", show_default=True,
-              help="prefix that runs a command on a node ({host}: its IP, {node}: its name); '' runs it here. The "
-                   "bundle must be at the same path on every node")
+              help="prefix that runs a command on a node ({host}: its IP, {node}: its name); '' runs it here. It "
+                   "runs the bundle's scripts at the bundle's path: share it, or give --copy-command")
+@click.option("--copy-command", default="", show_default=True,
+              help="command run here before an instance starts on a node, to put the bundle (rewritten for the "
+                   "change) at the same path there ({bundle}, {host}, {node}); e.g. "
+                   "'rsync -a --delete {bundle}/ {host}:{bundle}/'. '' for a shared file system")
 @click.option("--kubectl", default="kubectl", show_default=True, help="kubectl command (add -n NAMESPACE here)")
 @click.option("--start-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
               help="seconds a new instance has to answer /health")
@@ -45,9 +49,9 @@ from ascend_pd.errors import InputError
 @calibration_option
 @thresholds
 @input_errors_exit_2
-def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cooldown, target, node_command, kubectl,
-                  start_timeout, drain_timeout, log_file, metrics_port, intervals, dry_run, calibration, headroom,
-                  min_gain, min_saving, shrink_margin):
+def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cooldown, target, node_command,
+                  copy_command, kubectl, start_timeout, drain_timeout, log_file, metrics_port, intervals, dry_run,
+                  calibration, headroom, min_gain, min_saving, shrink_margin):
     """Keep a running deployment sized for its live traffic.
 
     Every interval: read the proxy's GET /v1/workload, re-plan as `ascend-pd replan` does, and once the same change
@@ -58,6 +62,8 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
     from ascend_pd.autoscale.loop import AutoscaleMetrics, AutoscaleSettings, Autoscaler
     from ascend_pd.autoscale.rollout import Launcher, RolloutLog, Timeouts
 
+    _check_template("--node-command", node_command, ("host", "node"))
+    _check_template("--copy-command", copy_command, ("bundle", "host", "node"))
     deployment = Path(deployment_file)
     bundle = deployment.parent
     if target == "bash" and not any(bundle.glob("launch-*.sh")):
@@ -75,7 +81,7 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
     settings = AutoscaleSettings(interval=interval, agree=agree, cooldown=cooldown, headroom=headroom,
                                  min_gain=min_gain, min_saving=min_saving, shrink_margin=shrink_margin,
                                  calibration=calibration, dry_run=dry_run)
-    launcher = Launcher(bundle, target, node_command, kubectl)
+    launcher = Launcher(bundle, target, node_command, kubectl, copy_command=copy_command)
     with open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
         log = RolloutLog(_Tee(stream))
         scaler = Autoscaler(deployment, proxy_url, admin_token, launcher, settings, log, metrics,
@@ -99,3 +105,13 @@ class _Tee:
     def flush(self) -> None:
         self._stream.flush()
         sys.stderr.flush()
+
+
+def _check_template(option: str, template: str, fields: tuple[str, ...]) -> None:
+    """A command template fills only `fields`: say so now, not at the first change."""
+    try:
+        template.format(**{name: "x" for name in fields})
+    except (KeyError, IndexError, ValueError) as exc:
+        raise InputError(f"'{template}' cannot be filled in: {exc!r}", field=option,
+                         fix="use only " + ", ".join(f"{{{name}}}" for name in fields) + " (double other braces)") \
+            from None

@@ -118,3 +118,9 @@ def test_shell_completion_lists_commands():
     env = dict(os.environ, _ASCEND_PD_COMPLETE="bash_complete", COMP_WORDS="ascend-pd val", COMP_CWORD="1")
     result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main"], env=env, capture_output=True, text=True)
     assert "validate" in result.stdout
+
+
+def test_a_copy_command_with_an_unknown_placeholder_is_refused_before_the_loop_starts(tmp_path):
+    result = run("autoscale", "--deployment", str(EXAMPLE), "--proxy", "http://127.0.0.1:9", "--admin-token", "t",
+                 "--copy-command", "rsync -a {bundle}/ {hots}:{bundle}/")
+    assert_clean_failure(result, "--copy-command", "hots", "{bundle}, {host}, {node}")
