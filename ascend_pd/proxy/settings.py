@@ -46,9 +46,8 @@ class ProxySettings:
 
 
 def mode_for(deployment: Deployment) -> Mode:
-    """The request flow the deployment's connector needs."""
-    if not deployment.by_role("prefill") or not deployment.by_role("decode"):
-        return "colocated"
+    """The request flow the deployment's connector needs, even while it runs colocated instances only: the proxy
+    serves those until a prefill and a decode instance join (as the autoscaler adds them), then hands off."""
     connector = deployment.connector
     if connector.mode == "pull":
         return "pull"
