@@ -98,9 +98,3 @@ def test_missing_or_contradictory_backends_name_the_flag(flags, field):
         choose_backends(**flags)
     assert error.value.field == field and error.value.fix
 
-
-def test_a_colocated_deployment_runs_its_connectors_flow_so_a_prefill_and_decode_can_join_later(tmp_path):
-    colocated = DEPLOYMENT.replace("role: prefill", "role: colocated").replace("role: decode", "role: colocated") \
-        .replace("mode: push", "mode: pull")
-    chosen = choose_backends(deployment_file(tmp_path, colocated))
-    assert chosen.mode == "pull" and chosen.role_counts() == "0 prefill, 0 decode, 2 colocated"

@@ -62,9 +62,10 @@ def test_flow_follows_the_connector_settings(implementation, mode, flow):
     assert mode_for(parse_deployment(text).deployment) == flow
 
 
-def test_a_deployment_without_prefill_is_served_colocated():
+def test_a_colocated_deployment_runs_its_connectors_flow_so_a_prefill_and_decode_can_join_later():
+    # the proxy serves colocated instances while no P/D pair is up (tests/integration/proxy/test_admin.py)
     text = DEPLOYMENT.replace("role: prefill", "role: colocated").replace("role: decode", "role: colocated")
-    assert mode_for(parse_deployment(text).deployment) == "colocated"
+    assert mode_for(parse_deployment(text).deployment) == "push"
 
 
 def test_a_bad_url_names_the_flag_and_the_fix():
