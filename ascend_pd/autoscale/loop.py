@@ -4,14 +4,16 @@ but noisy never makes the deployment flap. Its decisions are Prometheus metrics.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ascend_pd.autoscale.observe import observe
-from ascend_pd.autoscale.proxy_admin import ProxyAdmin
+from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.errors import InputError
@@ -148,3 +150,24 @@ class Autoscaler:
             done += 1
             if intervals is None or done < intervals:
                 sleep(max(0.0, self.settings.interval - (self.clock() - started)))
+
+
+@contextmanager
+def stopping_on_signals(signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """The first SIGINT or SIGTERM raises Interrupted where the loop is, so a rollout in progress ends as at a failed
+    step (a drained instance back in service, a new one stopped, the deployment file saying what runs); a second one
+    acts as it would without this (a hard stop)."""
+    previous = {number: signal.getsignal(number) for number in signals}
+
+    def interrupt(number: int, _frame) -> None:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+        raise Interrupted(f"stopped by {signal.Signals(number).name}")
+
+    for number in signals:
+        signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

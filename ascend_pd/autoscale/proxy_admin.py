@@ -17,6 +17,11 @@ class StepFailed(Exception):
     """A rollout step that did not complete; the message says which and why."""
 
 
+class Interrupted(StepFailed):
+    """The autoscaler was told to stop (SIGINT, SIGTERM): a rollout in progress ends as at a failed step, then the
+    loop stops."""
+
+
 def http_json(method: str, url: str, body: dict | None = None, token: str | None = None,
               timeout: float = CALL_TIMEOUT) -> Any:
     headers = {"Content-Type": "application/json"}

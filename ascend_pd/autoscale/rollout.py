@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from ascend_pd.autoscale.proxy_admin import ProxyAdmin, StepFailed, wait_healthy
+from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, wait_healthy
 from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.planner.resize import Step
@@ -169,8 +169,8 @@ class Rollout:
 
     def _bring_up(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str) -> None:
         endpoints = self._endpoints(deployment, instance)
-        self._phase(step, "launch", lambda: self.launcher.start(plan, instance))
-        try:
+        try:  # a launch that failed half-way may have started some of its processes: stop them too
+            self._phase(step, "launch", lambda: self.launcher.start(plan, instance))
             self._phase(step, "healthy", lambda: wait_healthy([e.url for e in endpoints], self.timeouts.start))
         except StepFailed:
             self._phase(step, "stop-unhealthy", lambda: self.launcher.stop(plan, instance))
@@ -183,11 +183,11 @@ class Rollout:
         self._phase(step, "drain", lambda: _each(self.proxy.drain, urls))
         try:
             self._phase(step, "idle", lambda: self.proxy.wait_idle(urls, self.timeouts.drain))
+            self._phase(step, "leave", lambda: _each(self.proxy.remove, urls))
+            self._phase(step, "stop", lambda: self.launcher.stop(plan, instance))
         except StepFailed:
-            self._join(step, endpoints)  # it keeps serving: the proxy gets back what the drain took
+            self._join(step, endpoints)  # it keeps serving (as the deployment file will say): the proxy gets it back
             raise
-        self._phase(step, "leave", lambda: _each(self.proxy.remove, urls))
-        self._phase(step, "stop", lambda: self.launcher.stop(plan, instance))
 
     def run(self, current: Deployment, target: Deployment, steps: list[Step]) -> Deployment:
         """Apply `steps`; the deployment that runs afterwards (all of `target`, or as far as the steps got). The
@@ -212,12 +212,18 @@ class Rollout:
                 self.log.write(step=step.describe(), phase="done", status="ok")
         except StepFailed as exc:
             self.log.write(phase="rollout", status="failed", error=str(exc))
+            stopped = exc if isinstance(exc, Interrupted) else None
+        else:
+            stopped = None
         order = [name for name in [*(i.name for i in current.instances), *wanted] if name in running]
         result = target.model_copy(update={"instances": [running[name] for name in dict.fromkeys(order)]})
         try:
             self._write(result)
         except StepFailed as exc:  # what runs was valid when it started: say so, and keep the loop alive
             self.log.write(phase="write", status="failed", error=str(exc))
+            stopped = stopped or (exc if isinstance(exc, Interrupted) else None)
+        if stopped is not None:
+            raise stopped
         return result
 
     def _diff(self, current: Deployment, target: Deployment) -> str:

@@ -57,9 +57,11 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
     Every interval: read the proxy's GET /v1/workload, re-plan as `ascend-pd replan` does, and once the same change
     has been proposed --agree intervals in a row (and --cooldown has passed) apply it: new instances start from the
     bundle's launchers and join the proxy when healthy; leaving ones are drained, wait for their last request, leave
-    the proxy and stop. A failed step stops the change and leaves the proxy serving.
+    the proxy and stop. A failed step stops the change and leaves the proxy serving. SIGINT or SIGTERM ends a change
+    in progress the same way, writes the deployment file as what runs, and exits (a second signal: at once).
     """
-    from ascend_pd.autoscale.loop import AutoscaleMetrics, AutoscaleSettings, Autoscaler
+    from ascend_pd.autoscale.loop import AutoscaleMetrics, AutoscaleSettings, Autoscaler, stopping_on_signals
+    from ascend_pd.autoscale.proxy_admin import Interrupted
     from ascend_pd.autoscale.rollout import Launcher, RolloutLog, Timeouts
 
     _check_template("--node-command", node_command, ("host", "node"))
@@ -87,9 +89,10 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
         scaler = Autoscaler(deployment, proxy_url, admin_token, launcher, settings, log, metrics,
                             Timeouts(start=start_timeout, drain=drain_timeout))
         try:
-            scaler.run(intervals)
-        except KeyboardInterrupt:
-            pass
+            with stopping_on_signals():
+                scaler.run(intervals)
+        except Interrupted as stop:
+            log.write(phase="autoscale", status="stopped", reason=str(stop))
 
 
 class _Tee:

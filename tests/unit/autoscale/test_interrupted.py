@@ -1,0 +1,66 @@
+"""SIGTERM or SIGINT while a change rolls out: the change ends as at a failed step (an instance not yet healthy is
+stopped), the deployment file says what runs, and the loop stops; a second signal is not caught again."""
+
+import io
+import json
+import os
+import signal
+import threading
+from collections import Counter
+
+import pytest
+
+from ascend_pd.autoscale.loop import stopping_on_signals
+from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin
+from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
+from ascend_pd.deploy import load_deployment
+from ascend_pd.perf.shape import Shape
+from ascend_pd.planner.resize import counts_of, resize
+
+from .test_k8s_launcher import k8s_bundle, recording_kubectl
+
+
+def signal_soon(number: int, after: float = 0.5) -> threading.Timer:
+    timer = threading.Timer(after, os.kill, (os.getpid(), number))
+    timer.start()
+    return timer
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_new_instance_starts_stops_it_and_the_file_says_what_runs(tmp_path, number):
+    deployment_file = k8s_bundle(tmp_path)
+    current = load_deployment(deployment_file)
+    decode = next(i for i in current.deployment.instances if i.role == "decode")
+    one = Shape()
+    target, steps = resize(current.deployment, current.cluster(), counts_of(current.deployment)
+                           + Counter({("decode", one): 1}), {("decode", one): decode.vllm})
+    log = RolloutLog(io.StringIO())
+    kubectl, calls = recording_kubectl(tmp_path)
+    # nothing answers /health: without the signal the rollout would wait the whole start timeout
+    rollout = Rollout(deployment_file, ProxyAdmin("http://127.0.0.1:9", None, timeout=1),
+                      Launcher(deployment_file.parent, "k8s", kubectl=kubectl), log, Timeouts(start=60.0))
+    before = signal.getsignal(number)
+    timer = signal_soon(number)
+    with pytest.raises(Interrupted, match=signal.Signals(number).name), stopping_on_signals():
+        rollout.run(current.deployment, target, steps)
+    timer.cancel()
+    phases = [(line.get("phase"), line.get("status")) for line in log.lines[1:]]
+    assert phases[:3] == [("launch", "ok"), ("healthy", "failed"), ("stop-unhealthy", "ok")]
+    assert [json.loads(line)[0] for line in calls.read_text().splitlines()] == ["apply", "delete"]
+    assert counts_of(load_deployment(deployment_file).deployment) == counts_of(current.deployment)
+    assert signal.getsignal(number) == before
+
+
+def test_a_second_signal_goes_to_the_handler_from_before():
+    caught = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: caught.append("before"))
+    try:
+        with stopping_on_signals((signal.SIGUSR1,)):
+            with pytest.raises(Interrupted):
+                os.kill(os.getpid(), signal.SIGUSR1)
+                threading.Event().wait(1)
+            os.kill(os.getpid(), signal.SIGUSR1)  # while the rollout ends: not caught as a stop again
+            threading.Event().wait(0.1)
+        assert caught == ["before"]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
