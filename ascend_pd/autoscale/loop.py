@@ -132,9 +132,7 @@ class Autoscaler:
         if proposal is not None:
             entry.update(reasons=proposal.reasons, observed_rate_rps=round(proposal.observed.rate, 3),
                          running=proposal.current.label, urgent=proposal.urgent,
-                         correction={"prefill_scale": round(proposal.correction.prefill_scale, 3),
-                                     "decode_scale": round(proposal.correction.decode_scale, 3),
-                                     "note": proposal.correction.note},
+                         correction=proposal.correction.as_dict(),
                          planned=proposal.target.label if proposal.target else None)
         self.log.write(**entry)
         if self.metrics is not None:

@@ -47,6 +47,9 @@ class Correction:
                  "model as calibrated")
     measured: bool = False  # from observed latencies (now or in an earlier window)
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"prefill_scale": self.prefill_scale, "decode_scale": self.decode_scale, "note": self.note}
+
 
 @dataclass(frozen=True)
 class Figures:
@@ -76,8 +79,7 @@ class Proposal:
             "reasons": self.reasons,
             "observed": self.observed.describe(),
             "design_rate_rps": self.design_rate,
-            "correction": {"prefill_scale": self.correction.prefill_scale,
-                           "decode_scale": self.correction.decode_scale, "note": self.correction.note},
+            "correction": self.correction.as_dict(),
             "current": _figures(self.current),
             "target": _figures(self.target) if self.target else None,
             "steps": [{"action": s.action, "instance": s.instance, "role": s.role, "replaces": s.replaces}
