@@ -197,6 +197,7 @@ class Rollout:
         old_plan = plan_processes(_loaded(current, self.deployment_file), self.render.interface, self.render.node_ips)
         self.log.write(phase="plan", status="ok", steps=[s.describe() for s in steps],
                        **({"manifest_diff": self._diff(current, target)} if self.launcher.target == "k8s" else {}))
+        stopped: Interrupted | None = None  # told to stop: say what runs first, then stop the loop
         try:
             # the target's launchers start the new instances by name; an old one stops by its names in the old plan
             # (a stop script stops whatever it is named, so the one already on its node serves)
@@ -212,16 +213,16 @@ class Rollout:
                 self.log.write(step=step.describe(), phase="done", status="ok")
         except StepFailed as exc:
             self.log.write(phase="rollout", status="failed", error=str(exc))
-            stopped = exc if isinstance(exc, Interrupted) else None
-        else:
-            stopped = None
+            if isinstance(exc, Interrupted):
+                stopped = exc
         order = [name for name in [*(i.name for i in current.instances), *wanted] if name in running]
         result = target.model_copy(update={"instances": [running[name] for name in dict.fromkeys(order)]})
         try:
             self._write(result)
         except StepFailed as exc:  # what runs was valid when it started: say so, and keep the loop alive
             self.log.write(phase="write", status="failed", error=str(exc))
-            stopped = stopped or (exc if isinstance(exc, Interrupted) else None)
+            if isinstance(exc, Interrupted):
+                stopped = stopped or exc
         if stopped is not None:
             raise stopped
         return result
