@@ -2,31 +2,20 @@
 the node before its launcher runs there, and a copy that fails stops the start before anything runs on the node.
 `cp` stands in for rsync and a shell probe for ssh: no second host here."""
 
-from pathlib import Path
-
 import pytest
 
 from ascend_pd.autoscale.rollout import Launcher, StepFailed
 from ascend_pd.deploy import load_deployment
-from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 from ascend_pd.render.processes import plan_processes
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def bash_bundle(tmp_path: Path) -> Path:
-    """The shipped local-cpu example rendered for bash into tmp_path/bundle; the bundle."""
-    source = load_deployment(ROOT / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml")
-    bundle = tmp_path / "bundle"
-    write_bundle(render_bundle(source, RenderOptions(target="bash")).files, bundle)
-    return bundle
+from .bundles import example_bundle
 
 
 def test_each_start_copies_the_rewritten_bundle_to_the_node_before_its_launcher_runs(tmp_path):
-    bundle = bash_bundle(tmp_path)
+    bundle = example_bundle(tmp_path, "bash").parent
     nodes = tmp_path / "nodes"
     nodes.mkdir()
-    # the "node" prints the deployment file it would launch from: its own copy of the bundle
+    # the "node" finds its launcher in its own copy of the bundle and prints that copy's marker
     probe = f"sh -c 'test -f {nodes}/{{node}}/launch-{{node}}.sh && cat {nodes}/{{node}}/marker' probe"
     launcher = Launcher(bundle, "bash", node_command=probe, copy_command=f"cp -rT {{bundle}} {nodes}/{{node}}")
     plan = plan_processes(load_deployment(bundle / "deployment.yaml"))
@@ -37,7 +26,7 @@ def test_each_start_copies_the_rewritten_bundle_to_the_node_before_its_launcher_
 
 
 def test_a_copy_that_fails_stops_the_start_before_anything_runs_on_the_node(tmp_path):
-    bundle = bash_bundle(tmp_path)
+    bundle = example_bundle(tmp_path, "bash").parent
     ran = tmp_path / "ran-on-node"
     launcher = Launcher(bundle, "bash", node_command=f"touch {ran}", copy_command="false {bundle} {host}")
     plan = plan_processes(load_deployment(bundle / "deployment.yaml"))

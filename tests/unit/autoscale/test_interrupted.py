@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import threading
-from collections import Counter
 
 import pytest
 
@@ -14,10 +13,9 @@ from ascend_pd.autoscale.loop import stopping_on_signals
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
 from ascend_pd.deploy import load_deployment
-from ascend_pd.perf.shape import Shape
-from ascend_pd.planner.resize import counts_of, resize
+from ascend_pd.planner.resize import counts_of
 
-from .test_k8s_launcher import k8s_bundle, recording_kubectl
+from .bundles import example_bundle, one_more_decode, recording_kubectl
 
 
 def signal_soon(number: int, after: float = 0.5) -> threading.Timer:
@@ -28,12 +26,9 @@ def signal_soon(number: int, after: float = 0.5) -> threading.Timer:
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_a_new_instance_starts_stops_it_and_the_file_says_what_runs(tmp_path, number):
-    deployment_file = k8s_bundle(tmp_path)
+    deployment_file = example_bundle(tmp_path, "k8s")
     current = load_deployment(deployment_file)
-    decode = next(i for i in current.deployment.instances if i.role == "decode")
-    one = Shape()
-    target, steps = resize(current.deployment, current.cluster(), counts_of(current.deployment)
-                           + Counter({("decode", one): 1}), {("decode", one): decode.vllm})
+    target, steps = one_more_decode(current)
     log = RolloutLog(io.StringIO())
     kubectl, calls = recording_kubectl(tmp_path)
     # nothing answers /health: without the signal the rollout would wait the whole start timeout

@@ -4,39 +4,18 @@ diff of the manifests. kubectl is a recording stand-in: no cluster here."""
 
 import io
 import json
-from collections import Counter
-from pathlib import Path
 
 from ascend_pd.autoscale.proxy_admin import ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
 from ascend_pd.deploy import load_deployment
-from ascend_pd.perf.shape import Shape
-from ascend_pd.planner.resize import counts_of, resize
-from ascend_pd.render import RenderOptions, render_bundle, write_bundle
+from ascend_pd.planner.resize import counts_of
 from ascend_pd.render.processes import plan_processes
 
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def recording_kubectl(tmp_path: Path) -> tuple[str, Path]:
-    calls = tmp_path / "calls.jsonl"
-    script = tmp_path / "kubectl"
-    script.write_text("#!/usr/bin/env python3\nimport json, sys\n"
-                      f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
-    script.chmod(0o755)
-    return str(script), calls
-
-
-def k8s_bundle(tmp_path: Path) -> Path:
-    """The shipped local-cpu example rendered for k8s into tmp_path/bundle; its deployment file."""
-    source = load_deployment(ROOT / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml")
-    bundle = tmp_path / "bundle"
-    write_bundle(render_bundle(source, RenderOptions(target="k8s")).files, bundle)
-    return bundle / "deployment.yaml"
+from .bundles import example_bundle, one_more_decode, recording_kubectl
 
 
 def test_k8s_start_and_stop_apply_and_delete_the_instance_manifest(tmp_path):
-    deployment_file = k8s_bundle(tmp_path)
+    deployment_file = example_bundle(tmp_path, "k8s")
     bundle = deployment_file.parent
     loaded = load_deployment(deployment_file)
     kubectl, calls = recording_kubectl(tmp_path)
@@ -51,13 +30,10 @@ def test_k8s_start_and_stop_apply_and_delete_the_instance_manifest(tmp_path):
 
 
 def test_a_k8s_rollout_logs_the_manifest_diff_and_takes_back_an_instance_that_never_gets_healthy(tmp_path):
-    deployment_file = k8s_bundle(tmp_path)
+    deployment_file = example_bundle(tmp_path, "k8s")
     bundle = deployment_file.parent
     current = load_deployment(deployment_file)
-    one = Shape()
-    decode = next(i for i in current.deployment.instances if i.role == "decode")
-    target, steps = resize(current.deployment, current.cluster(), counts_of(current.deployment)
-                           + Counter({("decode", one): 1}), {("decode", one): decode.vllm})
+    target, steps = one_more_decode(current)
     log = RolloutLog(io.StringIO())
     kubectl, calls = recording_kubectl(tmp_path)
     # kubectl only records: no pod starts, so decode-1 never answers /health
