@@ -21,6 +21,7 @@ TWIN_TESTS = "tests/integration/connector/test_transfer.py"
 REMOVALS = [
     ("push_sender.py", "self.device.wait(job.written)", "pass", "twin and push"),
     ("push_sender.py", "self.device.drain()  # the engine reads", "pass  #", "twin and push and p_tp1_to_d_tp2"),
+    ("push_sender.py", "        self.device.wait(written)\n", "        pass\n", "stamps_the_prefill_end"),
     ("push_receiver.py", "self.device.drain()  # vLLM may run", "pass  #", "twin and push"),
     ("pull_worker.py", "self.device.drain()\n", "pass\n", "twin and pull"),
     ("pull_worker.py", "self.device.drain()  # the next chunk", "pass  #", "twin and pull and p_tp1_to_d_tp2"),

