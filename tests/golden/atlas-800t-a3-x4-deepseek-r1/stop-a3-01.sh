@@ -24,8 +24,14 @@ start() {
     return 0
   fi
   setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
-  echo "$!" >"$pidfile"
-  echo "started $name (pid $!), log $LOG_DIR/$name.log"
+  local pid=$! tries=0
+  echo "$pid" >"$pidfile"
+  # The process leads a group of its own only once setsid has run in it: wait for that (5 s at most), so that a
+  # stop right after this finds the group.
+  until kill -0 -- "-$pid" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null || ((++tries > 50)); do
+    sleep 0.1
+  done
+  echo "started $name (pid $pid), log $LOG_DIR/$name.log"
 }
 
 # stop NAME...: SIGTERM each process group start() created, then SIGKILL what is left after STOP_TIMEOUT seconds.

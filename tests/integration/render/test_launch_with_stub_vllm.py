@@ -4,6 +4,7 @@ process was started with."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -187,3 +188,22 @@ def test_headless_part_of_a_spread_rank_joins_the_head_on_the_first_node(tmp_pat
         assert json.loads(flag(argv, "--kv-transfer-config"))["kv_port"] == 36000
     finally:
         stop_and_check(out, "cm0-n01", env, [record])
+
+
+def test_each_process_leads_its_group_when_the_launcher_returns_even_when_setsid_is_slow(tmp_path):
+    """A stop (or a health check on the group) right after the launcher returns needs the group to exist: the
+    launcher waits for setsid to have run in each process. Here setsid starts 1 s late, as on a loaded host."""
+    out = tmp_path / "out"
+    render_to("local-cpu-tiny-gqa", out)
+    env, records_dir = stub_path(tmp_path, "python3")
+    real_setsid = shutil.which("setsid")
+    slow = Path(env["PATH"].split(":")[0]) / "setsid"
+    slow.write_text(f"#!/bin/sh\nsleep 1\nexec {real_setsid} \"$@\"\n")
+    slow.chmod(0o755)
+    launched = run_script(out / "launch-localhost-00.sh", env)
+    assert launched.returncode == 0, launched.stderr
+    pids = [int((out / "run" / f"{name}.pid").read_text()) for name in ("prefill-0-dp0", "decode-0-dp0")]
+    try:
+        assert [os.getpgid(pid) for pid in pids] == pids
+    finally:
+        stop_and_check(out, "localhost-00", env, wait_for_records(records_dir, 2))
