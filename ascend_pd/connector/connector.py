@@ -10,7 +10,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                                KVConnectorRole)
 from vllm.utils.network_utils import get_ip
 
-from ascend_pd.connector.config import parse_config
+from ascend_pd.connector.config import parse_config, pause_for_platform
 from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.connector.scheduler import make_scheduler_side
 from ascend_pd.connector.stats import AscendPDStats
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_MIB = 1 << 20
 
 # The metadata module stays free of vLLM so the worker and scheduler sides can be driven without an engine.
 KVConnectorMetadata.register(AscendPDMetadata)
@@ -51,9 +50,13 @@ class AscendPDConnector(KVConnectorBase_V1):
         _log_through_vllm()
         transfer = vllm_config.kv_transfer_config
         extra = transfer.kv_connector_extra_config or {}
-        self.config = parse_config(transfer.kv_role, transfer.engine_id, transfer.kv_port, extra)
+        from vllm.platforms import current_platform
+
+        parallel = vllm_config.parallel_config
+        self.config = pause_for_platform(parse_config(transfer.kv_role, transfer.engine_id, transfer.kv_port, extra),
+                                         current_platform.is_cpu(), parallel.data_parallel_size)
         host = get_ip()
-        dp_rank = vllm_config.parallel_config.data_parallel_rank
+        dp_rank = parallel.data_parallel_rank
         self.scheduler_side = None
         self.worker_side = None
         if role == KVConnectorRole.SCHEDULER:
@@ -61,7 +64,6 @@ class AscendPDConnector(KVConnectorBase_V1):
                                                       vllm_config.cache_config.block_size)
             return
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        from vllm.platforms import current_platform
 
         model = vllm_config.model_config
         worker_class = worker_side_class(self.config.mode, self.config.role)
@@ -70,10 +72,15 @@ class AscendPDConnector(KVConnectorBase_V1):
             num_kv_heads=model.get_total_num_kv_heads(), is_mla=model.use_mla,
             # vLLM's CPU attention keeps a block as [heads, tokens, 2 * head_size]; NPUs and GPUs use NHD.
             heads_outer=current_platform.is_cpu(),
-            staging_bytes=int(extra.get("staging_mib", 64)) * _MIB, block_size=vllm_config.cache_config.block_size)
+            staging_bytes=self.config.staging_bytes, block_size=vllm_config.cache_config.block_size)
 
     # ---- worker side ----
-    def _metadata(self) -> AscendPDMetadata:
+    def _metadata(self) -> AscendPDMetadata | None:
+        """This step's metadata, or None outside a scheduled step: graph capture and warm-up run the model with
+        attention metadata but none of ours (vllm-ascend's MLA, SFA and GDN layers still call save_kv_layer then;
+        docs/vllm-ascend.md), and there is nothing to move."""
+        if not self.has_connector_metadata():
+            return None
         metadata = self._get_connector_metadata()
         assert isinstance(metadata, AscendPDMetadata)
         self.worker_side.on_metadata(metadata)
@@ -89,12 +96,17 @@ class AscendPDConnector(KVConnectorBase_V1):
         return  # loads finish before vLLM schedules the request (async hits)
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        metadata = self._metadata()
+        if metadata is None:
+            return
         if self.worker_side.trace is not None:
             self.worker_side.trace.event("layer_saved", layer=layer_name)
-        self.worker_side.save_kv_layer(layer_name, self._metadata())
+        self.worker_side.save_kv_layer(layer_name, metadata)
 
     def wait_for_save(self) -> None:
-        self.worker_side.wait_for_save(self._metadata())
+        metadata = self._metadata()
+        if metadata is not None:
+            self.worker_side.wait_for_save(metadata)
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         sending, recving = self.worker_side.get_finished()

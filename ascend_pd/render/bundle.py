@@ -12,6 +12,7 @@ from ascend_pd.render.bash import bash_files, readme
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
 from ascend_pd.render.ranktable import rank_table
+from ascend_pd.render.vllm_ascend_checks import Refusal, plan_refusals
 from ascend_pd.yamlfile import dump_yaml
 
 TARGETS = ("bash", "k8s", "all")
@@ -54,12 +55,21 @@ def _yaml_documents(objects: list[dict]) -> str:
     return "---\n".join(dump_yaml(o, width=120) for o in objects)
 
 
+def upstream_refusal(refusal: Refusal) -> Diagnostic:
+    return Diagnostic(code="APD499", severity="error", path=refusal.engine, message=refusal.describe(),
+                      hint="change the instance's shape or connector so vllm-ascend starts it; please report the "
+                           "deployment, since validation should have refused it with a rule of its own")
+
+
 def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptions()) -> RenderResult:
     """Everything the chosen targets need, or no files at all when the deployment does not validate."""
     diagnostics = validate(loaded)
     if has_errors(diagnostics):
         return RenderResult(diagnostics, {})
     plan = plan_processes(loaded, options.interface, options.node_ips)
+    refused = [upstream_refusal(r) for r in plan_refusals(plan)]
+    if refused:  # validation should have said so first: this keeps a rule's gap from reaching a cluster
+        return RenderResult(diagnostics + refused, {})
     targets = options.targets()
     deployment_text = _deployment_text(loaded)
     files = {"deployment.yaml": deployment_text, "README.md": readme(plan, targets)}

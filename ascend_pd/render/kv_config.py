@@ -15,40 +15,58 @@ VLLM_ASCEND_CONNECTORS = {"pull": "MooncakeConnectorV1", "push": "MooncakeLayerw
 LOAD_FAILURE_POLICY = "recompute"
 # Seconds P keeps the blocks of a finished request that no decode instance has read (vllm-ascend's guides use 480).
 KV_ABORT_TIMEOUT_S = 480
+# Where AscendPDConnector reads both sides' shapes (connector/config.py; render does not import the connector).
+SHAPES_KEY = "ascend_pd_shapes"
 
 
-def _shape(instance: Instance, with_pp: bool) -> dict[str, int]:
-    shape = {"tp_size": instance.parallel.tp, "dp_size": instance.parallel.dp}
+def engine_data_parallel_size(instance: Instance, moe: bool) -> int:
+    """vLLM's data_parallel_size of one of the instance's engines: a MoE instance runs its DP ranks as one vLLM DP
+    group; a dense model's DP ranks are independent engines of DP 1 each (render/processes.py)."""
+    return instance.parallel.dp if moe else 1
+
+
+def _shape(instance: Instance, dp_size: int, with_pp: bool) -> dict[str, int]:
+    shape = {"tp_size": instance.parallel.tp, "dp_size": dp_size}
     if with_pp and instance.parallel.pp > 1:
         shape["pp_size"] = instance.parallel.pp
     return shape
 
 
-def _role_shapes(deployment: Deployment, instance: Instance, with_pp: bool) -> dict[str, dict[str, int]]:
+def _role_shapes(deployment: Deployment, instance: Instance, *, engine_level: bool, moe: bool,
+                 with_pp: bool) -> dict[str, dict[str, int]]:
     """This instance's own shape under its role, and the first instance of the other role for the peer side.
-    vllm-ascend needs one shape per role (validation enforces it); AscendPDConnector takes the peer's TP size of
-    each request from kv_transfer_params, so the peer entry here is only its default."""
+
+    `engine_level` writes each side's DP as vLLM sees it in one engine, which vllm-ascend's start-up check demands of
+    the own role (utils.check_kv_extra_config); otherwise the instance's DP ranks. vllm-ascend's connectors need one
+    shape per role (validation enforces it); AscendPDConnector checks each request's peer TP against its entry."""
     other_role = "decode" if instance.role == "prefill" else "prefill"
     peer = next((i for i in deployment.instances if i.role == other_role), None)
-    shapes = {instance.role: _shape(instance, with_pp)}
+
+    def shape(of: Instance) -> dict[str, int]:
+        return _shape(of, engine_data_parallel_size(of, moe) if engine_level else of.parallel.dp, with_pp)
+
+    shapes = {instance.role: shape(instance)}
     if peer is not None:
-        shapes[other_role] = _shape(peer, with_pp)
+        shapes[other_role] = shape(peer)
     return {role: shapes[role] for role in ("prefill", "decode") if role in shapes}
 
 
-def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id: str,
-                       kv_port: int) -> dict[str, Any] | None:
+def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id: str, kv_port: int,
+                       moe: bool = False) -> dict[str, Any] | None:
     """The --kv-transfer-config of one engine (None for a colocated instance, which moves no KV).
 
     `engine_id` and `kv_port` are the engine's own: an engine that vLLM runs as one rank of a DP group gets the
     instance's values (vLLM appends _dp<rank> and the connector adds dp_rank * tp); a stand-alone engine serving
-    one DP rank of a dense model gets them already offset."""
+    one DP rank of a dense model gets them already offset. `moe` says whether the instance's DP ranks form one vLLM
+    DP group."""
     if instance.role not in KV_ROLES:
         return None
     connector = deployment.connector
     if connector.implementation == "ascend-pd":
+        # No top-level prefill/decode keys: vllm-ascend checks those against the engine's own TP and DP, and for a
+        # GQA model asserts prefill TP % decode TP == 0 whatever the connector (ascend_config.AscendConfig).
         extra = {"mode": connector.mode, "protocol": connector.protocol,
-                 **_role_shapes(deployment, instance, with_pp=False)}
+                 SHAPES_KEY: _role_shapes(deployment, instance, engine_level=False, moe=moe, with_pp=False)}
         if instance.role == "prefill":
             extra["abort_timeout_s"] = KV_ABORT_TIMEOUT_S  # AscendPDConnector reads no environment variable for it
         return {
@@ -66,5 +84,5 @@ def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id:
         "kv_port": kv_port,
         "engine_id": engine_id,
         "kv_load_failure_policy": LOAD_FAILURE_POLICY,
-        "kv_connector_extra_config": _role_shapes(deployment, instance, with_pp=True),
+        "kv_connector_extra_config": _role_shapes(deployment, instance, engine_level=True, moe=moe, with_pp=True),
     }

@@ -44,8 +44,9 @@ def kv_transfer_config(role: str, mode: str, kv_port: int, engine_id: str) -> st
     return json.dumps({
         "kv_connector": "AscendPDConnector", "kv_connector_module_path": "ascend_pd.connector", "kv_role": role,
         "kv_port": kv_port, "engine_id": engine_id, "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"mode": mode, "protocol": "tcp", "prefill": {"tp_size": 1},
-                                      "decode": {"tp_size": 1}, "kv_load_timeout_s": KV_LOAD_TIMEOUT_S,
+        "kv_connector_extra_config": {"mode": mode, "protocol": "tcp",
+                                      "ascend_pd_shapes": {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}},
+                                      "kv_load_timeout_s": KV_LOAD_TIMEOUT_S,
                                       "transfer_timeout_s": TRANSFER_TIMEOUT_S, "handshake_timeout_s": 2}})
 
 

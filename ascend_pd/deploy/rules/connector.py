@@ -40,11 +40,18 @@ def _decode_per_tp(ctx: Context) -> list[Instance]:
     return list(first.values())
 
 
-@rule("APD403", "vllm-ascend pull mode cannot serve P TP < D TP, nor P TP not a multiple of D TP")
+def _is_mla(ctx: Context) -> bool:
+    return bool(ctx.model and ctx.model.mla)
+
+
+@rule("APD403", "vllm-ascend cannot serve P TP < D TP, nor P TP not a multiple of D TP")
 def vllm_ascend_tp(ctx: Context) -> Iterator[Diagnostic]:
+    """MooncakeConnectorV1 refuses P TP < D TP for every model (its worker's __init__), and vllm-ascend's AscendConfig
+    asserts P TP % D TP == 0 for every model that is not DeepSeek MLA, whatever the connector (ascend_config.py)."""
     conn = ctx.deployment.connector
-    if conn.implementation != "vllm-ascend" or conn.mode != "pull":
+    if conn.implementation != "vllm-ascend" or (conn.mode == "push" and _is_mla(ctx)):
         return
+    connector = "MooncakeConnectorV1" if conn.mode == "pull" else "AscendConfig, for a model without MLA,"
     decode = _decode_per_tp(ctx)
     for i, p in enumerate(ctx.deployment.instances):
         if p.role != "prefill":
@@ -53,7 +60,8 @@ def vllm_ascend_tp(ctx: Context) -> Iterator[Diagnostic]:
             if p.parallel.tp < d.parallel.tp or p.parallel.tp % d.parallel.tp:
                 yield ctx.diag("APD403", "error", ("instances", i, "parallel", "tp"),
                                f"prefill '{p.name}' tp={p.parallel.tp} and decode '{d.name}' tp={d.parallel.tp}: "
-                               "vllm-ascend's MooncakeConnectorV1 needs P TP >= D TP with P TP a multiple of D TP",
+                               f"vllm-ascend's {connector} needs P TP >= D TP with P TP a multiple of D TP, and "
+                               "refuses the engine at start-up",
                                "use implementation: ascend-pd (any TP ratio), or raise the prefill TP")
                 break
 
@@ -157,3 +165,59 @@ def tcp_on_npus(ctx: Context) -> Iterator[Diagnostic]:
                    "Mooncake's TCP transport cannot read (it copies through host memory); the transfer would fail "
                    "or move garbage",
                    "use protocol: ascend (Mooncake built with USE_ASCEND_DIRECT)")
+
+
+@rule("APD413", "an int8 (C8) KV cache that the connector would move as raw bytes between a bf16 and an int8 cache")
+def c8_kv_cache(ctx: Context) -> Iterator[Diagnostic]:
+    """vllm-ascend gives only the consumer an int8 cache for a C8 checkpoint; the producer keeps bf16
+    (quantization/methods/kv_c8.py). Its layerwise (push) connector quantizes on P before writing; its pull connector
+    refuses GQA models at start-up (AscendConfig._check_mooncake_c8_kv_cache_quant); AscendPDConnector moves bytes."""
+    conn = ctx.deployment.connector
+    if ctx.deployment.model.kv_cache_dtype != "int8" or not _disaggregated(ctx) or "ascend" not in ctx.cluster.protocols:
+        return
+    if conn.implementation == "ascend-pd":
+        reason = "AscendPDConnector moves raw bytes, and D would refuse P's cache at the handshake"
+    elif conn.mode == "pull" and not _is_mla(ctx):
+        reason = "vllm-ascend's pull connector refuses C8 on GQA models at start-up"
+    else:
+        return
+    yield ctx.diag("APD413", "error", ("model", "kv_cache_dtype"),
+                   f"kv_cache_dtype int8: vllm-ascend quantizes only decode's KV cache to int8 (C8) and prefill keeps "
+                   f"bf16; {reason}",
+                   "use implementation: vllm-ascend with mode: push (it quantizes on P before writing), "
+                   "or kv_cache_dtype: bf16")
+
+
+@rule("APD414", "pipeline parallelism with the ascend-pd connector")
+def ascend_pd_pp(ctx: Context) -> Iterator[Diagnostic]:
+    if ctx.deployment.connector.implementation != "ascend-pd":
+        return
+    for i, inst in enumerate(ctx.deployment.instances):
+        if inst.role in ("prefill", "decode") and inst.parallel.pp > 1:
+            yield ctx.diag("APD414", "error", ("instances", i, "parallel", "pp"),
+                           f"instance '{inst.name}' has pp={inst.parallel.pp}; AscendPDConnector gives each worker the "
+                           "side-channel port kv_port + dp_rank * tp + tp_rank, so the pipeline stages of one rank "
+                           "would bind the same port and the second would fail to start",
+                           "set pp: 1 (raise tp or dp instead), or use implementation: vllm-ascend for a prefill "
+                           "instance with pp")
+
+
+@rule("APD415", "more than one TP size per role with the ascend-pd connector")
+def ascend_pd_one_tp_per_role(ctx: Context) -> Iterator[Diagnostic]:
+    """The connector builds its head mapping once, from the peer TP in its kv_transfer_config; a request from a peer
+    of another TP is refused at run time and recomputed."""
+    if ctx.deployment.connector.implementation != "ascend-pd" or not _disaggregated(ctx):
+        return
+    for role in ("prefill", "decode"):
+        first: Instance | None = None
+        for i, inst in enumerate(ctx.deployment.instances):
+            if inst.role != role:
+                continue
+            if first is None:
+                first = inst
+            elif inst.parallel.tp != first.parallel.tp:
+                yield ctx.diag("APD415", "error", ("instances", i, "parallel", "tp"),
+                               f"{role} instance '{inst.name}' has tp={inst.parallel.tp} but '{first.name}' has "
+                               f"tp={first.parallel.tp}; AscendPDConnector maps KV heads between one prefill TP and "
+                               "one decode TP, so the other instance's requests would all be recomputed",
+                               f"give every {role} instance the same tp")

@@ -71,7 +71,7 @@ start prefill-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=256 \
     --block-size 128 \
     --trust-remote-code \
     --enforce-eager \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2},"abort_timeout_s":480}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}},"abort_timeout_s":480}}' \
     --additional-config '{}'
 
 # prefill-1 DP rank 0 (prefill): devices 4,5,6,7, http 8010, kv ports 28100-28103, engine prefill-1
@@ -90,5 +90,5 @@ start prefill-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=256 \
     --block-size 128 \
     --trust-remote-code \
     --enforce-eager \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28100,"engine_id":"prefill-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2},"abort_timeout_s":480}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28100,"engine_id":"prefill-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}},"abort_timeout_s":480}}' \
     --additional-config '{}'

@@ -71,7 +71,7 @@ start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28200,"engine_id":"decode-1_dp0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28200,"engine_id":"decode-1_dp0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}}' \
     --additional-config '{}'
 
 # decode-1 DP rank 1 (decode): devices 4,5,6,7, http 8101, kv ports 28204-28207, engine decode-1_dp1
@@ -90,5 +90,5 @@ start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=600 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28204,"engine_id":"decode-1_dp1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28204,"engine_id":"decode-1_dp1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}}}}' \
     --additional-config '{}'

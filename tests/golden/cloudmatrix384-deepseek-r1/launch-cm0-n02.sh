@@ -77,7 +77,7 @@ start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 1 (decode): devices 1, http 8101, kv ports 36101, engine decode-0_dp1
@@ -102,7 +102,7 @@ start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 2 (decode): devices 2, http 8102, kv ports 36102, engine decode-0_dp2
@@ -127,7 +127,7 @@ start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 3 (decode): devices 3, http 8103, kv ports 36103, engine decode-0_dp3
@@ -152,7 +152,7 @@ start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 4 (decode): devices 4, http 8104, kv ports 36104, engine decode-0_dp4
@@ -177,7 +177,7 @@ start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 5 (decode): devices 5, http 8105, kv ports 36105, engine decode-0_dp5
@@ -202,7 +202,7 @@ start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 6 (decode): devices 6, http 8106, kv ports 36106, engine decode-0_dp6
@@ -227,7 +227,7 @@ start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 7 (decode): devices 7, http 8107, kv ports 36107, engine decode-0_dp7
@@ -252,7 +252,7 @@ start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 8 (decode): devices 8, http 8108, kv ports 36108, engine decode-0_dp8
@@ -277,7 +277,7 @@ start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 9 (decode): devices 9, http 8109, kv ports 36109, engine decode-0_dp9
@@ -302,7 +302,7 @@ start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 10 (decode): devices 10, http 8110, kv ports 36110, engine decode-0_dp10
@@ -327,7 +327,7 @@ start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 11 (decode): devices 11, http 8111, kv ports 36111, engine decode-0_dp11
@@ -352,7 +352,7 @@ start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 12 (decode): devices 12, http 8112, kv ports 36112, engine decode-0_dp12
@@ -377,7 +377,7 @@ start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 13 (decode): devices 13, http 8113, kv ports 36113, engine decode-0_dp13
@@ -402,7 +402,7 @@ start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 14 (decode): devices 14, http 8114, kv ports 36114, engine decode-0_dp14
@@ -427,7 +427,7 @@ start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 15 (decode): devices 15, http 8115, kv ports 36115, engine decode-0_dp15
@@ -452,5 +452,5 @@ start decode-0-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'

@@ -77,7 +77,7 @@ start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 17 (decode): devices 1, http 8117, kv ports 36117, engine decode-0_dp17
@@ -102,7 +102,7 @@ start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 18 (decode): devices 2, http 8118, kv ports 36118, engine decode-0_dp18
@@ -127,7 +127,7 @@ start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 19 (decode): devices 3, http 8119, kv ports 36119, engine decode-0_dp19
@@ -152,7 +152,7 @@ start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 20 (decode): devices 4, http 8120, kv ports 36120, engine decode-0_dp20
@@ -177,7 +177,7 @@ start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 21 (decode): devices 5, http 8121, kv ports 36121, engine decode-0_dp21
@@ -202,7 +202,7 @@ start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 22 (decode): devices 6, http 8122, kv ports 36122, engine decode-0_dp22
@@ -227,7 +227,7 @@ start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 23 (decode): devices 7, http 8123, kv ports 36123, engine decode-0_dp23
@@ -252,7 +252,7 @@ start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 24 (decode): devices 8, http 8124, kv ports 36124, engine decode-0_dp24
@@ -277,7 +277,7 @@ start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 25 (decode): devices 9, http 8125, kv ports 36125, engine decode-0_dp25
@@ -302,7 +302,7 @@ start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 26 (decode): devices 10, http 8126, kv ports 36126, engine decode-0_dp26
@@ -327,7 +327,7 @@ start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 27 (decode): devices 11, http 8127, kv ports 36127, engine decode-0_dp27
@@ -352,7 +352,7 @@ start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 28 (decode): devices 12, http 8128, kv ports 36128, engine decode-0_dp28
@@ -377,7 +377,7 @@ start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 29 (decode): devices 13, http 8129, kv ports 36129, engine decode-0_dp29
@@ -402,7 +402,7 @@ start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 30 (decode): devices 14, http 8130, kv ports 36130, engine decode-0_dp30
@@ -427,7 +427,7 @@ start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'
 
 # decode-0 DP rank 31 (decode): devices 15, http 8131, kv ports 36131, engine decode-0_dp31
@@ -452,5 +452,5 @@ start decode-0-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}'

@@ -77,7 +77,7 @@ start prefill-3-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=
     --trust-remote-code \
     --enforce-eager \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32},"abort_timeout_s":480}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}},"abort_timeout_s":480}}' \
     --additional-config '{"enable_shared_expert_dp":true}'
 
 # prefill-3 DP rank 1 (prefill): devices 8,9,10,11,12,13,14,15, http 8001, kv ports 36008-36015, engine prefill-3_dp1
@@ -102,5 +102,5 @@ start prefill-3-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUF
     --trust-remote-code \
     --enforce-eager \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32},"abort_timeout_s":480}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}},"abort_timeout_s":480}}' \
     --additional-config '{"enable_shared_expert_dp":true}'

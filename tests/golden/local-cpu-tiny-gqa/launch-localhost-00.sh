@@ -67,7 +67,7 @@ start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cp
     --block-size 32 \
     --trust-remote-code \
     --dtype float32 \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1},"abort_timeout_s":480}}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","ascend_pd_shapes":{"prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}},"abort_timeout_s":480}}'
 
 # decode-0 DP rank 0 (decode): devices 1, http 8200, kv ports 26100, engine decode-0
 start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 1)" \
@@ -84,4 +84,4 @@ start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu
     --block-size 32 \
     --trust-remote-code \
     --dtype float32 \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":26100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":26100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","ascend_pd_shapes":{"prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}}}}'

@@ -69,7 +69,8 @@ def make_worker(spec: dict):
     role = "kv_producer" if spec["role"] == "prefill" else "kv_consumer"
     config = parse_config(role, spec["engine_id"], spec["kv_port"], {
         "mode": spec["mode"], "protocol": "tcp",
-        "prefill": {"tp_size": spec["p_tp"], "dp_size": 1}, "decode": {"tp_size": spec["d_tp"], "dp_size": 1},
+        "ascend_pd_shapes": {"prefill": {"tp_size": spec["p_tp"], "dp_size": 1},
+                             "decode": {"tp_size": spec["d_tp"], "dp_size": 1}},
         "abort_timeout_s": spec.get("abort_timeout_s", 60), "kv_load_timeout_s": spec.get("kv_load_timeout_s", 60),
         "transfer_timeout_s": spec.get("transfer_timeout_s", 30),
         "handshake_retries": spec.get("handshake_retries", 5), "handshake_timeout_s": 1.0})

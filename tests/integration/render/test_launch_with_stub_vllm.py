@@ -109,7 +109,7 @@ def test_a2_decode_node_starts_both_dp_ranks_with_their_devices_ports_and_kv_con
             assert kv["kv_role"] == "kv_consumer"
             assert kv["engine_id"] == f"decode-0_dp{rank}"
             assert kv["kv_port"] == 28200 + 4 * rank
-            assert kv["kv_connector_extra_config"]["prefill"] == {"tp_size": 4, "dp_size": 1}
+            assert kv["kv_connector_extra_config"]["ascend_pd_shapes"]["prefill"] == {"tp_size": 4, "dp_size": 1}
             assert record["pgid"] == record["pid"], "each engine runs in its own process group"
         assert (out / "logs" / "decode-0-dp1.log").exists()
         assert (out / "run" / "decode-0-dp0.pid").read_text().strip() in {str(r["pid"]) for r in records}

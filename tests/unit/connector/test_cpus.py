@@ -16,6 +16,8 @@ from ascend_pd.connector.pull_worker import PullWorker
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(cpus.usable_cpus()) < 2,
                                 reason="needs CPU affinity and two CPUs to tell a pinned thread from a free one")
 
+ONE_RANK = {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}}
+
 
 @pytest.fixture
 def pinned_like_vllm():
@@ -47,7 +49,7 @@ def test_a_thread_started_inside_spread_threads_is_free_and_the_caller_keeps_its
 
 
 def test_the_job_and_notice_threads_of_a_worker_run_on_every_cpu(pinned_like_vllm):
-    config = parse_config("kv_consumer", "decode-0", 26300, {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}})
+    config = parse_config("kv_consumer", "decode-0", 26300, {"ascend_pd_shapes": ONE_RANK})
     worker = PullWorker(config, "127.0.0.1", 0, 0, num_kv_heads=4, is_mla=False)
     try:
         assert worker.jobs.submit(os.sched_getaffinity, 0).result(timeout=10) == cpus.usable_cpus()
@@ -64,8 +66,7 @@ def test_push_writer_threads_run_below_the_engines_priority():
     """Mooncake's sync batches poll without a pause: the threads that wait on them must not take the engine's core."""
     from ascend_pd.connector.push_sender import PushSender
 
-    config = parse_config("kv_producer", "prefill-0", 26310, {"mode": "push", "prefill": {"tp_size": 1},
-                                                              "decode": {"tp_size": 1}})
+    config = parse_config("kv_producer", "prefill-0", 26310, {"mode": "push", "ascend_pd_shapes": ONE_RANK})
     worker = PushSender(config, "127.0.0.1", 0, 0, num_kv_heads=4, is_mla=False)
     try:
         engine = thread_niceness()

@@ -306,12 +306,23 @@ def test_ascend_pd_accepts_p_tp_below_d_tp(a2):
     assert "APD403" not in found and "APD404" not in found
 
 
-def test_vllm_ascend_push_allows_p_tp_below_d_tp(a2):
+def test_vllm_ascend_push_rejects_p_tp_below_d_tp_for_a_gqa_model(a2):
+    """AscendConfig asserts prefill TP % decode TP == 0 for every model without MLA, whatever the connector."""
     a2["connector"] = {"implementation": "vllm-ascend", "mode": "push", "protocol": "ascend"}
-    decode = a2["instances"][4]
-    decode["parallel"] = {"tp": 8, "dp": 1, "ep": 1, "pp": 1}
-    decode["devices"] = [{"node": "a2-02", "devices": list(range(8))}]
-    assert "APD403" not in codes(a2)
+    for decode in a2["instances"][4:]:
+        decode["parallel"] = {"tp": 8, "dp": 1, "ep": 1, "pp": 1}
+    a2["instances"][4]["devices"] = [{"node": "a2-02", "devices": list(range(8))}]
+    a2["instances"][5]["devices"] = [{"node": "a2-03", "devices": list(range(8))}]
+    found = [d for d in diagnose(a2) if d.code == "APD403"]
+    assert found and "AscendConfig" in found[0].message
+
+
+def test_vllm_ascend_push_allows_p_tp_below_d_tp_for_mla(a3):
+    a3["connector"] = {"implementation": "vllm-ascend", "mode": "push", "protocol": "ascend"}
+    prefill = next(i for i in a3["instances"] if i["role"] == "prefill")
+    decode_tp = next(i for i in a3["instances"] if i["role"] == "decode")["parallel"]["tp"]
+    prefill["parallel"]["tp"] = decode_tp
+    assert "APD403" not in codes(a3)
 
 
 def test_p_tp2_against_d_tp1_divides(cpu):
@@ -556,3 +567,41 @@ def test_full_length_overflow_is_only_info_when_typical_requests_fit(a2):
     assert {d.severity for d in diagnose(a2) if d.code == "APD206"} == {"info"}
     a2["workload"]["input_tokens"]["mean"] = 12000  # now even typical batches overflow
     assert {d.severity for d in diagnose(a2) if d.code == "APD206"} == {"warning"}
+
+
+# ---------------------------------------------------------------- what vllm-ascend and the connector refuse
+
+
+def test_an_int8_kv_cache_with_the_ascend_pd_connector_is_an_error(a2):
+    """vllm-ascend gives only decode an int8 (C8) cache; prefill's stays bf16 and raw bytes would not pair up."""
+    a2["model"]["kv_cache_dtype"] = "int8"
+    found = [d for d in diagnose(a2) if d.code == "APD413"]
+    assert [(d.severity, d.path) for d in found] == [("error", "model.kv_cache_dtype")]
+    assert "mode: push" in found[0].hint
+
+
+def test_an_int8_kv_cache_with_vllm_ascends_pull_on_a_gqa_model_is_an_error_and_its_push_is_not(a2):
+    a2["model"]["kv_cache_dtype"] = "int8"
+    a2["connector"] = {"implementation": "vllm-ascend", "mode": "pull", "protocol": "ascend"}
+    assert "APD413" in codes(a2, "error")
+    a2["connector"]["mode"] = "push"
+    assert "APD413" not in codes(a2)
+
+
+def test_pipeline_parallelism_with_the_ascend_pd_connector_is_an_error(a2):
+    prefill = a2["instances"][0]
+    prefill["parallel"] = {"tp": 1, "dp": 1, "ep": 1, "pp": 2}
+    found = [d for d in diagnose(a2) if d.code == "APD414"]
+    assert [(d.severity, d.path) for d in found] == [("error", "instances[0].parallel.pp")]
+    a2["connector"]["implementation"] = "vllm-ascend"
+    assert "APD414" not in codes(a2)
+
+
+def test_two_prefill_tp_sizes_with_the_ascend_pd_connector_are_an_error_at_the_second(a2):
+    assert "APD415" not in codes(a2)
+    a2["instances"][1]["parallel"]["tp"] = 1
+    a2["instances"][1]["devices"] = [{"node": a2["instances"][1]["devices"][0]["node"],
+                                      "devices": a2["instances"][1]["devices"][0]["devices"][:1]}]
+    found = [d for d in diagnose(a2) if d.code == "APD415"]
+    assert [d.path for d in found] == ["instances[1].parallel.tp"]
+    assert f"'{a2['instances'][0]['name']}'" in found[0].message

@@ -46,9 +46,27 @@ def test_ascend_pd_connector_config_names_mode_protocol_and_shapes(cm384_example
         "engine_id": "decode-0",
         "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"mode": "push", "protocol": "ascend",
-                                      "prefill": {"tp_size": 8, "dp_size": 2},
-                                      "decode": {"tp_size": 1, "dp_size": 32}},
+                                      "ascend_pd_shapes": {"prefill": {"tp_size": 8, "dp_size": 2},
+                                                           "decode": {"tp_size": 1, "dp_size": 32}}},
     }
+
+
+def test_ascend_pd_writes_no_shape_vllm_ascend_would_check_against_the_engine(a2_example):
+    """vllm-ascend checks the top-level prefill/decode entries against each engine's own TP and DP, and for a GQA
+    model asserts prefill TP % decode TP == 0 whatever the connector: ascend-pd's shapes go under their own key."""
+    for kv in configs(plan_of(a2_example)).values():
+        extra = kv["kv_connector_extra_config"]
+        assert "prefill" not in extra and "decode" not in extra
+        assert extra["ascend_pd_shapes"]["decode"] == {"tp_size": 4, "dp_size": 2}
+
+
+def test_vllm_ascend_gets_each_dense_engines_own_dp_size_not_the_instances(a2_example):
+    """Each DP rank of a dense model is an engine of vLLM DP 1 (no --data-parallel-size)."""
+    a2_example["connector"]["implementation"] = "vllm-ascend"
+    plan = plan_of(a2_example)
+    decode = [p for p in plan.processes() if p.role == "decode"]
+    assert decode and all("--data-parallel-size" not in p.argv for p in decode)
+    assert {p.kv_config["kv_connector_extra_config"]["decode"]["dp_size"] for p in decode} == {1}
 
 
 @pytest.mark.parametrize("fixture", ["cm384_example", "cpu_example", "a2_example"])
