@@ -90,8 +90,9 @@ def kv_transfer_config(role: str, mode: str, kv_port: int) -> str:
         "kv_connector": "AscendPDConnector", "kv_connector_module_path": "ascend_pd.connector",
         "kv_role": "kv_producer" if role == "prefill" else "kv_consumer", "kv_port": kv_port, "engine_id": role,
         "kv_load_failure_policy": "recompute",
-        "kv_connector_extra_config": {"mode": mode, "protocol": "tcp", "prefill": {"tp_size": 1},
-                                      "decode": {"tp_size": 1}, "transfer_timeout_s": 60,
+        "kv_connector_extra_config": {"mode": mode, "protocol": "tcp",
+                                      "ascend_pd_shapes": {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}},
+                                      "transfer_timeout_s": 60,
                                       # in push D's wait starts with P's prefill: it must cover an 8K prefill
                                       # (80 s on one core here) and the transfer after it
                                       "kv_load_timeout_s": 600}})

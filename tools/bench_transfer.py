@@ -43,7 +43,8 @@ def make_worker(role: str, mode: str, port: int, num_kv_heads: int, is_mla: bool
     from ascend_pd.connector.worker import worker_side_class
 
     config = parse_config("kv_producer" if role == "prefill" else "kv_consumer", role, port,
-                          {"mode": mode, "protocol": "tcp", "prefill": {"tp_size": 1}, "decode": {"tp_size": 1}})
+                          {"mode": mode, "protocol": "tcp",
+                           "ascend_pd_shapes": {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}}})
     worker_class = worker_side_class(mode, role)
     return worker_class(config, _HOST, 0, 0, num_kv_heads=num_kv_heads, is_mla=is_mla)
 
