@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -78,3 +79,22 @@ def test_workers_built_by_vllm_pull_a_request_between_two_engines(tmp_path, dist
     finally:
         prefill.shutdown()
         decode.shutdown()
+
+
+def test_graph_capture_without_connector_metadata_leaves_every_hook_quiet_on_the_npu_twin(tmp_path):
+    """vllm-ascend's MLA decode engines capture FULL_DECODE_ONLY graphs with attention metadata but no connector
+    metadata bound, and their layers still call save_kv_layer: the connector of each mode and role must return
+    without work (it asserted before), queue nothing on the device, and take the next step's metadata as usual."""
+    import json
+    import subprocess
+
+    script = Path(__file__).with_name("graph_capture.py")
+    model = tiny_model_dir(tmp_path / "model")
+    done = subprocess.run([sys.executable, str(script), str(model), str(free_port())], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "VLLM_HOST_IP": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert {(r["mode"], r["role"]) for r in reports} == {(m, r) for m in ("pull", "push")
+                                                         for r in ("kv_producer", "kv_consumer")}
+    for report in reports:
+        assert report["finished_after_capture"] == [[], []] and report["queued_device_work"] == 0
