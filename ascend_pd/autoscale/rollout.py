@@ -163,7 +163,8 @@ class Rollout:
         def add() -> None:
             for e in endpoints:
                 kv = None if e.kv is None else {"engine_id": e.kv.engine_id, "host": e.kv.host, "port": e.kv.port,
-                                                "tp_size": e.kv.tp_size, "dp_rank": e.kv.dp_rank}
+                                                "tp_size": e.kv.tp_size, "dp_rank": e.kv.dp_rank,
+                                                "rank_hosts": list(e.kv.rank_hosts)}
                 self.proxy.add(e.url, e.role, e.instance, e.dp_rank, kv)
         self._phase(step, "join", add)
 

@@ -59,6 +59,8 @@ class ConnectorConfig:
     # group step together, so one rank's pause would slow them all (pause_for_platform).
     idle_step_pause_s: float = 0.002
     staging_bytes: int = 64 << 20  # the registered buffer strided head slices go through (needs_staging)
+    # Prefill, TP ranks spread over nodes: the host of each TP rank, which P hands to D with its blocks (pull).
+    rank_hosts: tuple[str, ...] = ()
 
     @property
     def is_producer(self) -> bool:
@@ -146,7 +148,17 @@ def _staging_bytes(extra: dict) -> int:
 # otherwise fall back to a default silently.
 KNOWN_KEYS = frozenset({"mode", "protocol", SHAPES_KEY, "abort_timeout_s", "kv_load_timeout_s", "handshake_retries",
                         "handshake_timeout_s", "transfer_timeout_s", "peer_backoff_s", "idle_step_pause_ms",
-                        "staging_mib", *UPSTREAM_KEYS})
+                        "staging_mib", "rank_hosts", *UPSTREAM_KEYS})
+
+
+def _rank_hosts(extra: dict, tp_size: int) -> tuple[str, ...]:
+    hosts = extra.get("rank_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts) \
+            or hosts and len(hosts) != tp_size:
+        raise _fail("kv_connector_extra_config.rank_hosts", f"expected one host per TP rank ({tp_size}), got "
+                    f"{hosts!r}", "list each TP rank's host in rank order, or leave it out when all share one node "
+                    "(ascend-pd render writes it for ranks spread over nodes)")
+    return tuple(hosts)
 
 
 def _unknown_keys(extra: dict) -> None:
@@ -199,8 +211,10 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         raise _fail("kv_port", f"port {port} is above 65535", "pick a kv_port below 65536 - dp*tp")
     transfer_timeout_s = _transfer_timeout(extra)
     shapes = _shapes(extra)
+    role = ROLES[kv_role]
+    local = _shape(shapes, role)
     return ConnectorConfig(
-        role=ROLES[kv_role], mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
+        role=role, mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
         prefill=_shape(shapes, "prefill"), decode=_shape(shapes, "decode"),
         abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
         kv_load_timeout_s=_load_timeout(extra, mode, transfer_timeout_s),
@@ -211,6 +225,7 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
         peer_backoff_s=_positive_float(extra, "peer_backoff_s", ConnectorConfig.peer_backoff_s),
         idle_step_pause_s=_pause_seconds(extra),
         staging_bytes=_staging_bytes(extra),
+        rank_hosts=_rank_hosts(extra, local.tp_size),
     )
 
 

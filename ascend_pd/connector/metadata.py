@@ -13,6 +13,12 @@ class RemotePeer:
     host: str
     port: int  # side-channel port of its TP rank 0; rank r listens on port + r
     tp_size: int
+    # The host of each TP rank when the ranks span nodes (vLLM's multi-node TP); empty: every rank on `host`.
+    rank_hosts: tuple[str, ...] = ()
+
+    def address(self, rank: int) -> tuple[str, int]:
+        """Where TP rank `rank` listens."""
+        return (self.rank_hosts[rank] if self.rank_hosts else self.host), self.port + rank
 
     def describe(self) -> str:
         """How logs and errors name it: engine id and side-channel address."""

@@ -30,7 +30,7 @@ def _wants_pull(params: dict | None) -> bool:
 class PullScheduler(SchedulerSide):
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
-        if not _wants_pull(request.kv_transfer_params):
+        if not _wants_pull(request.kv_transfer_params) or not self.takes_peer(request.kv_transfer_params):
             return 0, False
         return prompt_tokens_to_load(request, num_computed_tokens)
 
@@ -84,6 +84,7 @@ class PullScheduler(SchedulerSide):
             "remote_host": self.host,
             "remote_port": self.side_channel_port,
             "remote_tp_size": self.config.local.tp_size,
+            **({"remote_rank_hosts": list(self.config.rank_hosts)} if self.config.rank_hosts else {}),
             # The prompt's blocks only: with a draft model P also holds lookahead blocks, which carry no prompt KV.
             "remote_block_ids": list(block_ids[:prompt_blocks(request.num_prompt_tokens, self.block_size)]),
             "remote_block_size": self.block_size,

@@ -86,7 +86,7 @@ class PullWorker(WorkerSide):
             self._report(pending, error)
         # P may free its blocks now; a P that does not hear it frees them after its abort_timeout_s.
         for rank in sorted(self.candidates(self.tp_rank)):
-            self.notices.submit(self.notify, recv.peer.host, recv.peer.port + rank,
+            self.notices.submit(self.notify, *recv.peer.address(rank),
                                 messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
 
     def _report(self, pending: _Pending, error: Exception | None) -> None:
@@ -158,7 +158,7 @@ class PullWorker(WorkerSide):
                 pending.nbytes += self._read_staged(remote, index, rt, read, recv)
         except Exception:
             for read in reads:  # a restarted P has a new session: hand-shake afresh next time
-                self.peers.forget(recv.peer.host, recv.peer.port + read.src_rank)
+                self.peers.forget(*recv.peer.address(read.src_rank))
             raise
         self._transpose(reads, recv.local_block_ids)
 

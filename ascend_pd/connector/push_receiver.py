@@ -74,7 +74,7 @@ class PushReceiver(WorkerSide):
             return msgspec.structs.replace(ready, expires_in_s=max(0.0, deadline - time.monotonic()))
 
         try:
-            reply = self.peers.ask(recv.peer.host, recv.peer.port + sender,
+            reply = self.peers.ask(*recv.peer.address(sender),
                                    with_time_left if ready.block_ids else ready, deadline=deadline)
         except side_channel.PeerUnreachable as error:
             reply = messages.Refused(reason=str(error))

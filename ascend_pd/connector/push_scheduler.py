@@ -42,7 +42,7 @@ class PushScheduler(SchedulerSide):
         self._outgoing: dict[str, _Outgoing] = {}
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
-        if not _receives(request.kv_transfer_params):
+        if not _receives(request.kv_transfer_params) or not self.takes_peer(request.kv_transfer_params):
             return 0, False
         return prompt_tokens_to_load(request, num_computed_tokens)
 

@@ -35,16 +35,31 @@ class SchedulerSide:
         metadata, self._next = self._next, AscendPDMetadata()
         return metadata
 
-    @staticmethod
-    def peer_of(params: dict[str, Any]) -> RemotePeer | None:
-        """The prefill peer named in kv_transfer_params, or None (with a log line) if a field is missing."""
+    def peer_of(self, params: dict[str, Any]) -> RemotePeer | None:
+        """The prefill peer named in kv_transfer_params, or None (with a log line) if a field is missing or the peer
+        has another TP size than this connector maps heads from (validation APD415 keeps one per role)."""
         try:
-            return RemotePeer(engine_id=str(params["remote_engine_id"]), host=str(params["remote_host"]),
-                              port=int(params["remote_port"]), tp_size=int(params["remote_tp_size"]))
+            peer = RemotePeer(engine_id=str(params["remote_engine_id"]), host=str(params["remote_host"]),
+                              port=int(params["remote_port"]), tp_size=int(params["remote_tp_size"]),
+                              rank_hosts=tuple(str(h) for h in params.get("remote_rank_hosts") or ()))
         except (KeyError, TypeError, ValueError) as error:
             logger.warning("kv_transfer_params without a usable prefill peer (%s): %s; computing locally",
                            error, params)
             return None
+        expected = self.config.prefill.tp_size
+        if peer.tp_size != expected or peer.rank_hosts and len(peer.rank_hosts) != peer.tp_size:
+            logger.warning("prefill %s has tp %d (%d rank hosts), this instance maps KV heads from tp %d; "
+                           "computing locally", peer.describe(), peer.tp_size, len(peer.rank_hosts), expected)
+            return None
+        return peer
+
+    def takes_peer(self, params: dict[str, Any]) -> bool:
+        """Whether a decode request's prefill peer can be read from; if not, the request stops asking for remote
+        KV (vLLM computes its prompt here) before any block waits on it."""
+        if self.peer_of(params) is not None:
+            return True
+        params["do_remote_prefill"] = False
+        return False
 
     # The vLLM scheduler-side interface; each mode implements it.
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:

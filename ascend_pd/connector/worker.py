@@ -110,7 +110,7 @@ class WorkerSide:
 
     def peer_metadata(self, peer: RemotePeer, rank: int, deadline: float) -> messages.AgentMetadata:
         """A prefill rank's metadata, fetched once over the side channel; checks the caches can pair up."""
-        return self.peers.metadata(peer.host, peer.port + rank, deadline, lambda reply: check_compatible(
+        return self.peers.metadata(*peer.address(rank), deadline, lambda reply: check_compatible(
             reply.planes, self.metadata.planes, reply.block_size, self.block_size))
 
     def result(self, batch: Future[BatchResult], peer: str) -> BatchResult:

@@ -25,6 +25,7 @@ class KVChange(msgspec.Struct, forbid_unknown_fields=True):
     port: int
     tp_size: int = 1
     dp_rank: int = 0
+    rank_hosts: tuple[str, ...] = ()  # each TP rank's host, when the ranks span nodes
 
 
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):

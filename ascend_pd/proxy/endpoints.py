@@ -22,6 +22,8 @@ class KVAddress:
     port: int  # side channel of TP rank 0 of this DP rank
     tp_size: int
     dp_rank: int
+    # The host of each TP rank when the ranks span nodes; empty when every rank listens on `host`.
+    rank_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,10 @@ def endpoints_from_deployment(loaded: LoadedDeployment) -> list[Endpoint]:
                                  field=f"instances.{index}.devices", line=loaded.lines.get(("instances", index)),
                                  fix=f"use a node of {cluster.name} (ascend-pd show {cluster.name})")
             host = cluster.node(leader.node).host_ip
+            rank_hosts = [cluster.node(p.node).host_ip for p in instance.rank_groups()[rank] for _ in p.devices]
             kv = KVAddress(engine_id=instance.effective_engine_id, host=host,
-                           port=instance.kv_port + rank * tp, tp_size=tp, dp_rank=rank)
+                           port=instance.kv_port + rank * tp, tp_size=tp, dp_rank=rank,
+                           rank_hosts=tuple(rank_hosts) if len(set(rank_hosts)) > 1 else ())
             endpoints.append(Endpoint(url=f"http://{host}:{port}", role=instance.role, instance=instance.name,
                                       dp_rank=rank, kv=kv))
     return endpoints

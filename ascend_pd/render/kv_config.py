@@ -52,13 +52,14 @@ def _role_shapes(deployment: Deployment, instance: Instance, *, engine_level: bo
 
 
 def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id: str, kv_port: int,
-                       moe: bool = False) -> dict[str, Any] | None:
+                       moe: bool = False, rank_hosts: list[str] | None = None) -> dict[str, Any] | None:
     """The --kv-transfer-config of one engine (None for a colocated instance, which moves no KV).
 
     `engine_id` and `kv_port` are the engine's own: an engine that vLLM runs as one rank of a DP group gets the
     instance's values (vLLM appends _dp<rank> and the connector adds dp_rank * tp); a stand-alone engine serving
     one DP rank of a dense model gets them already offset. `moe` says whether the instance's DP ranks form one vLLM
-    DP group."""
+    DP group. `rank_hosts` lists the host of each TP rank of an engine whose ranks span nodes: a prefill engine
+    hands it to D with its blocks (vllm-ascend's connectors gather theirs from the workers)."""
     if instance.role not in KV_ROLES:
         return None
     connector = deployment.connector
@@ -69,6 +70,8 @@ def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id:
                  SHAPES_KEY: _role_shapes(deployment, instance, engine_level=False, moe=moe, with_pp=False)}
         if instance.role == "prefill":
             extra["abort_timeout_s"] = KV_ABORT_TIMEOUT_S  # AscendPDConnector reads no environment variable for it
+            if rank_hosts and len(set(rank_hosts)) > 1:
+                extra["rank_hosts"] = rank_hosts
         return {
             "kv_connector": "AscendPDConnector",
             "kv_connector_module_path": "ascend_pd.connector",

@@ -235,7 +235,9 @@ def _instance_processes(loaded: LoadedDeployment, facts: _Facts, index: int, ins
         else:
             engine_id = reported_id = f"{base_id}_dp{rank}"
             kv_port = instance.kv_port + rank * workers_per_rank
-        kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port, moe=facts.moe)
+        rank_hosts = [networks[p.node].host_ip for p in group for _ in p.devices]
+        kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port, moe=facts.moe,
+                                       rank_hosts=rank_hosts)
         spread_args = (_spread_rank_args(loaded, facts, index, instance, group, networks, port)
                        if len(group) > 1 else [])
         argv = _vllm_argv(platform, deployment, instance, port, [*dp_args, *spread_args], kv_config, moe=external_dp,

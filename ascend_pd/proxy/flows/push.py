@@ -25,6 +25,8 @@ async def push(ctx: RequestContext, env: FlowEnv) -> Opened:
     to_decode = {"do_remote_prefill": True, "transfer_id": transfer_id, "remote_engine_id": kv.engine_id,
                  "remote_host": kv.host, "remote_port": kv.port, "remote_tp_size": kv.tp_size,
                  "remote_dp_rank": kv.dp_rank}
+    if kv.rank_hosts:  # P's TP ranks span nodes: D reaches each at its own host
+        to_decode["remote_rank_hosts"] = list(kv.rank_hosts)
     lease = decode.lease(ctx.route.tokens)
     prefilling = env.start(call_prefill(ctx, env, prefill, to_prefill))
     decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),

@@ -75,7 +75,7 @@ def make_worker(spec: dict):
         "transfer_timeout_s": spec.get("transfer_timeout_s", 30),
         "handshake_retries": spec.get("handshake_retries", 5), "handshake_timeout_s": 1.0})
     worker_class = worker_side_class(spec["mode"], spec["role"])
-    return worker_class(config, "127.0.0.1", spec["tp_rank"], 0, num_kv_heads=spec["num_kv_heads"],
+    return worker_class(config, spec.get("host", "127.0.0.1"), spec["tp_rank"], 0, num_kv_heads=spec["num_kv_heads"],
                         is_mla=spec["is_mla"], heads_outer=spec.get("heads_outer", False),
                         staging_bytes=spec.get("staging_bytes", 1 << 20))
 
@@ -132,7 +132,8 @@ def prefill(spec: dict, worker, caches) -> dict:
 def decode(spec: dict, worker, caches) -> dict:
     request = spec["request"]
     time.sleep(spec.get("decode_start_delay_s", 0))
-    peer = RemotePeer(spec["p_engine_id"], "127.0.0.1", spec["p_kv_port"], spec["p_tp"])
+    peer = RemotePeer(spec["p_engine_id"], "127.0.0.1", spec["p_kv_port"], spec["p_tp"],
+                      rank_hosts=tuple(spec.get("p_rank_hosts", ())))
     if spec["mode"] == "pull":
         # P's prompt is computed when D takes the request up, as when the proxy hands D P's answer at once
         step = AscendPDMetadata(pull_recv=[PullRecv(request["id"], request["id"], peer, request["dst_blocks"],

@@ -124,6 +124,21 @@ def test_multi_chunk_staging_when_the_buffer_holds_fewer_blocks_than_the_request
         assert_prefill_released(prefill_results)
 
 
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_decode_reaches_each_prefill_rank_at_its_own_host_when_the_ranks_span_two_nodes(tmp_path, mode):
+    """P's TP2 rank group spread over two hosts (127.0.0.1 and 127.0.0.2, as vLLM's multi-node TP puts them on two
+    nodes): D reads (pull) or announces to (push) rank 1 on the second host. Addressed at P's first host alone,
+    rank 1's handshake fails and the request's blocks become load errors."""
+    hosts = ["127.0.0.1", "127.0.0.2"]
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=2, d_tp=1, common={"p_rank_hosts": hosts})
+    for spec, host in zip(prefill, hosts):
+        spec["host"] = host
+    prefill_results, decode_results = run(tmp_path, prefill, decode)
+    assert decode_results[0]["failed_blocks"] == []
+    assert_decode_caches_exact(decode, decode_results)
+    assert_prefill_released(prefill_results)
+
+
 def test_dead_prefill_peer_becomes_a_load_error_not_a_hang(tmp_path):
     prefill, decode = specs(tmp_path, mode="pull", p_tp=1, d_tp=1, common={"handshake_retries": 1},
                             prefill={"die_after_ready": True})

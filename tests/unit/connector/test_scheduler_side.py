@@ -26,7 +26,7 @@ def free_blocks(sched) -> int:
 def test_pull_decode_waits_for_the_read_then_decodes_from_the_last_prompt_token(model_dir):
     from vllm.v1.request import RequestStatus
 
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
     req = request("d-req", PROMPT, pull_params())
     sched.add_request(req)
     out = sched.schedule()
@@ -42,7 +42,7 @@ def test_pull_decode_waits_for_the_read_then_decodes_from_the_last_prompt_token(
 
 
 def test_pull_decode_recomputes_the_prompt_when_the_read_failed(model_dir):
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
     sched.add_request(request("d-req", PROMPT, pull_params()))
     out = sched.schedule()
     (recv,) = out.kv_connector_metadata.pull_recv
@@ -55,7 +55,7 @@ def test_pull_decode_recomputes_the_prompt_when_the_read_failed(model_dir):
 def test_pull_decode_reads_the_prompt_blocks_in_order_when_prefill_also_sent_a_lookahead_block(model_dir):
     """A prefill with a draft model holds a lookahead block after the prompt's; block i of the prompt on D must
     come from block i on P, not be shifted by the extra block."""
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
     sched.add_request(request("d-req", PROMPT, pull_params(remote_blocks=(9, 10, 11, 12))))
     (recv,) = sched.schedule().kv_connector_metadata.pull_recv
     assert recv.remote_block_ids == [9, 10, 11] and len(recv.local_block_ids) == 3
@@ -64,7 +64,7 @@ def test_pull_decode_reads_the_prompt_blocks_in_order_when_prefill_also_sent_a_l
 def test_pull_decode_aborted_before_allocation_still_tells_prefill_to_free(model_dir):
     from vllm.v1.request import RequestStatus
 
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
     sched.add_request(request("d-req", PROMPT, pull_params()))
     sched.finish_requests("d-req", RequestStatus.FINISHED_ABORTED)
     (recv,) = sched.schedule().kv_connector_metadata.pull_recv
@@ -155,7 +155,7 @@ def test_push_prefill_sends_each_chunk_of_the_prompt_as_it_is_computed(model_dir
 def test_push_decode_announces_its_blocks_for_the_transfer(model_dir):
     from vllm.v1.request import RequestStatus
 
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="push"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="push", prefill_tp=2))
     params = {"do_remote_prefill": True, "transfer_id": "t-1", "remote_engine_id": "prefill-0",
               "remote_host": "10.0.0.1", "remote_port": 36000, "remote_tp_size": 2}
     req = request("d-req", PROMPT, params)
@@ -169,7 +169,7 @@ def test_push_decode_announces_its_blocks_for_the_transfer(model_dir):
 
 
 def test_requests_without_transfer_params_are_left_alone(model_dir):
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
     sched.add_request(request("plain", PROMPT, None))
     out = sched.schedule()
     assert out.num_scheduled_tokens == {"plain": PROMPT}
@@ -181,10 +181,34 @@ def test_only_steps_that_compute_nothing_pause_for_the_transfer_threads(model_di
 
     pauses = []
     monkeypatch.setattr(facade.time, "sleep", pauses.append)
-    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull"))
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
     sched.add_request(request("d-req", PROMPT, pull_params()))
     out = sched.schedule()  # the request waits for its KV: nothing to compute
     assert out.total_num_scheduled_tokens == 0 and pauses == [0.002]
     sched.update_from_output(out, runner_output(out, finished_recving={"d-req"}))
     out = sched.schedule()  # the last prompt token runs
     assert out.total_num_scheduled_tokens == 1 and pauses == [0.002]
+
+
+def test_pull_prefill_with_ranks_on_two_nodes_hands_decode_each_ranks_host(model_dir):
+    hosts = ["10.0.0.1", "10.0.0.2"]
+    sched = scheduler(vllm_config(model_dir, role="kv_producer", mode="pull", prefill_tp=2, rank_hosts=hosts))
+    sched.add_request(request("p-req", PROMPT, {"do_remote_decode": True}))
+    out = sched.schedule()
+    outputs = sched.update_from_output(out, runner_output(out))
+    (params,) = [o.kv_transfer_params for o in outputs[0].outputs if o.kv_transfer_params]
+    assert params["remote_rank_hosts"] == hosts
+    decode = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=2))
+    decode.add_request(request("d-req", PROMPT, {**params, "remote_block_ids": params["remote_block_ids"]}))
+    (recv,) = decode.schedule().kv_connector_metadata.pull_recv
+    assert [recv.peer.address(rank) for rank in (0, 1)] == [("10.0.0.1", recv.peer.port),
+                                                           ("10.0.0.2", recv.peer.port + 1)]
+
+
+def test_a_prefill_of_another_tp_than_decode_maps_heads_from_is_recomputed_not_misread(model_dir):
+    """APD415 keeps one prefill TP per deployment; a request from another one (a hand-made proxy, a half-done
+    resize) must not be read with the wrong head mapping."""
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode="pull", prefill_tp=4))
+    sched.add_request(request("d-req", PROMPT, pull_params()))
+    out = sched.schedule()
+    assert out.kv_connector_metadata.pull_recv == [] and out.num_scheduled_tokens == {"d-req": PROMPT}

@@ -23,15 +23,16 @@ def tiny_model_dir(root: Path) -> Path:
 
 
 def vllm_config(model_dir: Path, *, role: str, mode: str, max_num_batched_tokens: int = 256,
-                failure_policy: str = "recompute"):
+                failure_policy: str = "recompute", prefill_tp: int = 1, rank_hosts: list[str] | None = None):
     from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
 
     transfer = KVTransferConfig(
         kv_connector="AscendPDConnector", kv_connector_module_path="ascend_pd.connector", kv_role=role,
         kv_port=KV_PORT, engine_id=f"{role}-0", kv_load_failure_policy=failure_policy,
         kv_connector_extra_config={"mode": mode, "protocol": "tcp", "abort_timeout_s": 30,
-                                   "ascend_pd_shapes": {"prefill": {"tp_size": 1, "dp_size": 1},
-                                                        "decode": {"tp_size": 1, "dp_size": 1}}})
+                                   "ascend_pd_shapes": {"prefill": {"tp_size": prefill_tp, "dp_size": 1},
+                                                        "decode": {"tp_size": 1, "dp_size": 1}},
+                                   **({"rank_hosts": rank_hosts} if rank_hosts else {})})
     return VllmConfig(
         model_config=ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="bfloat16", max_model_len=512),
         cache_config=CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=False),

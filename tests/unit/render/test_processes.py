@@ -141,6 +141,28 @@ def test_a_rank_spread_over_nodes_runs_a_serving_head_and_a_headless_part():
     assert dict(part.env)["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3"
 
 
+def test_a_prefill_rank_spread_over_nodes_tells_its_connector_each_tp_ranks_host():
+    """D reaches P's TP ranks 4-7 on cm0-n01, not at the scheduler's host on cm0-n00 (pull: P hands these over
+    with its blocks; push: the proxy reads the same hosts from deployment.yaml)."""
+    from ascend_pd.connector.config import parse_config
+    from ascend_pd.deploy import parse_deployment
+    from ascend_pd.proxy.endpoints import endpoints_from_deployment
+
+    data = spread_tp_deployment()
+    head = by_name(plan_of(data))["prefill-0-dp0"]
+    kv = head.kv_config
+    config = parse_config(kv["kv_role"], kv["engine_id"], kv["kv_port"], kv["kv_connector_extra_config"])
+    n00, n01 = "192.168.16.11", flag(by_name(plan_of(data))["prefill-0-dp0-node1"].argv, "--master-addr")
+    assert n00 == n01  # the headless part meets its head on cm0-n00
+    assert config.rank_hosts[:4] == (n00,) * 4 and len(set(config.rank_hosts[4:])) == 1
+    assert config.rank_hosts[4] != n00
+    prefill = next(e for e in endpoints_from_deployment(parse_deployment(yaml.safe_dump(data), "spread.yaml"))
+                   if e.role == "prefill")
+    assert prefill.kv.rank_hosts == config.rank_hosts
+    decode = by_name(plan_of(data))["decode-0-dp0"].kv_config
+    assert "rank_hosts" not in decode["kv_connector_extra_config"]
+
+
 def test_an_uneven_spread_is_refused():
     data = spread_tp_deployment()
     data["instances"][0]["devices"] = [{"node": "cm0-n00", "devices": [0, 1, 2, 3, 4, 5], "dp_rank": 0},
