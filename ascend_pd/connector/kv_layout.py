@@ -82,14 +82,38 @@ def cache_planes(kv_caches: dict[str, Any], heads_outer: bool = False,
     return planes
 
 
-def registration_regions(planes: list[CachePlane]) -> list[tuple[int, int]]:
-    """(address, bytes) of the allocation behind each plane, for Transport.register to merge.
+# vllm-ascend merges two spans of one allocation when they lie this close (KVU/utils.py REGISTER_MERGE_GAP_BYTES).
+MERGE_GAP_BYTES = 4096
 
-    The whole storage, not the plane's span: vllm-ascend allocates K and V (or MLA nope and rope) of a layer apart,
-    each padded for alignment, and a plane may be a view into a larger buffer that holds several layers. One region
-    per storage keeps the count far below HCCL's limit, and gaps of padding need no regions of their own."""
-    regions = []
+
+def _span(tensor) -> tuple[int, int]:
+    """(first byte, end) of the memory a tensor view covers, from its own data_ptr: not its storage's base, which
+    for an aligned view into a padded allocation is the raw, unaligned start."""
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    start = tensor.data_ptr()
+    return start, start + extent * tensor.element_size()
+
+
+def registration_regions(planes: list[CachePlane]) -> list[tuple[int, int]]:
+    """(address, bytes) to register: each plane's own span, merged with others of the same allocation that touch or
+    lie within MERGE_GAP_BYTES, never across allocations.
+
+    As vllm-ascend registers (KVU/utils.py collect_storage_merged_register_regions): it allocates K and V (MLA nope
+    and rope) of a layer apart, each padded so the cache starts 2 MiB aligned; the storage base is the unaligned
+    raw start, which HCCL is not given. Views of one buffer that holds several layers merge into one region, which
+    keeps the count below HCCL's limit."""
+    by_storage: dict[int, list[tuple[int, int]]] = {}
     for plane in planes:
-        storage = plane.tensor.untyped_storage()
-        regions.append((storage.data_ptr(), storage.nbytes()))
+        by_storage.setdefault(plane.tensor.untyped_storage().data_ptr(), []).append(_span(plane.tensor))
+    regions = []
+    for spans in by_storage.values():
+        spans.sort()
+        start, end = spans[0]
+        for next_start, next_end in spans[1:]:
+            if next_start <= end + MERGE_GAP_BYTES:
+                end = max(end, next_end)
+            else:
+                regions.append((start, end - start))
+                start, end = next_start, next_end
+        regions.append((start, end - start))
     return regions

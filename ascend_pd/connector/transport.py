@@ -49,17 +49,6 @@ class Span:
     length: int
 
 
-def merge_regions(regions: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Union of (address, length) regions: touching or overlapping ones become one, so each is registered once."""
-    merged: list[list[int]] = []
-    for start, length in sorted(regions):
-        if merged and start <= merged[-1][0] + merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], start + length - merged[-1][0])
-        else:
-            merged.append([start, length])
-    return [(start, length) for start, length in merged]
-
-
 def coalesce(spans: list[Span]) -> list[Span]:
     """Join spans that continue each other on both sides, so runs of contiguous blocks move as one copy."""
     out: list[Span] = []
@@ -100,9 +89,10 @@ class Transport:
                                         initializer=unpin_current_thread)
 
     def register(self, regions: list[tuple[int, int]], limit: int | None = None) -> int:
-        """Register memory for transfers, merging contiguous regions first; returns how many are registered.
-        With a `limit` (the transport's), refuse before registering anything that would go over it."""
-        merged = merge_regions(regions)
+        """Register each (address, bytes) region as given (kv_layout.registration_regions merges within an
+        allocation, never across); returns how many are registered. With a `limit` (the transport's), refuse before
+        registering anything that would go over it."""
+        merged = sorted(set(regions))
         if limit is not None and len(self._registered) + len(merged) > limit:
             raise RuntimeError(f"the KV caches need {len(self._registered) + len(merged)} registered memory regions, "
                                f"more than the {limit} the transport allows; allocate the caches in fewer tensors "

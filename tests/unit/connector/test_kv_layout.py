@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from ascend_pd.connector.kv_layout import cache_planes, registration_regions
-from ascend_pd.connector.transport import merge_regions
 
 
 def test_a_stacked_kv_tensor_gives_a_k_and_a_v_plane():
@@ -42,28 +41,38 @@ def test_layers_with_different_block_sizes_are_refused():
         cache_planes({"a": torch.zeros(4, 16, 1, 8), "b": torch.zeros(4, 32, 1, 8)})
 
 
-def test_registration_covers_each_whole_allocation_once():
+def test_registration_covers_a_layers_views_of_one_allocation_as_one_region():
     cache = torch.zeros(2, 10, 16, 4, 64, dtype=torch.bfloat16)
-    regions = merge_regions(registration_regions(cache_planes({"l0": cache})))
+    regions = registration_regions(cache_planes({"l0": cache}))
     assert regions == [(cache.data_ptr(), cache.numel() * 2)]
 
 
-def test_padded_separate_k_and_v_allocations_are_registered_whole_one_region_each():
+def test_views_of_one_buffer_holding_several_layers_merge_into_one_region():
+    pool = torch.zeros(3, 2, 10, 16, 4, 64, dtype=torch.bfloat16)
+    regions = registration_regions(cache_planes({f"l{i}": pool[i] for i in range(3)}))
+    assert regions == [(pool.data_ptr(), pool.numel() * 2)]
+
+
+def test_padded_separate_k_and_v_allocations_are_registered_from_their_aligned_start():
     """vllm-ascend allocates K and V of a layer apart, each in a buffer padded for 2 MiB alignment, and views the
-    cache inside it: the padding belongs to the allocation and is registered with it, not as a region of its own."""
+    cache inside it; it registers each view's own aligned span (KVU/utils.py), never the raw, unaligned storage
+    base. Regions of separate allocations stay apart even where the allocator placed them back to back."""
     align = 2 << 20
+    nbytes = 10 * 16 * 4 * 64 * 2
     buffers, caches = [], {}
     for layer in range(3):
         planes = []
         for _ in range(2):
-            raw = torch.zeros(10 * 16 * 4 * 64 * 2 + align, dtype=torch.uint8)
-            offset = -raw.data_ptr() % align
-            planes.append(raw[offset:offset + 10 * 16 * 4 * 64 * 2].view(torch.bfloat16).view(10, 16, 4, 64))
+            raw = torch.zeros(nbytes + align, dtype=torch.uint8)
+            offset = -raw.data_ptr() % align or align  # never at the storage base: the padding comes first
+            planes.append(raw[offset:offset + nbytes].view(torch.bfloat16).view(10, 16, 4, 64))
             buffers.append(raw)
         caches[f"l{layer}"] = tuple(planes)
-    regions = merge_regions(registration_regions(cache_planes(caches)))
-    assert sorted(regions) == sorted(merge_regions([(raw.data_ptr(), raw.numel()) for raw in buffers]))
-    assert all(start % align == 0 for start, _ in [(p.data_ptr(), 0) for planes in caches.values() for p in planes])
+    regions = registration_regions(cache_planes(caches))
+    views = [p for planes in caches.values() for p in planes]
+    assert sorted(regions) == sorted((v.data_ptr(), nbytes) for v in views)
+    assert all(start % align == 0 for start, _ in regions)
+    assert not {start for start, _ in regions} & {raw.data_ptr() for raw in buffers}
 
 
 def test_kernel_blocks_smaller_than_the_managers_blocks_are_grouped_so_block_ids_mean_manager_blocks():
