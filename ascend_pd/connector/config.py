@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -77,6 +78,17 @@ class ConnectorConfig:
     def side_channel_port(self, dp_rank: int, tp_rank: int) -> int:
         """kv_port + dp_rank * tp + tp_rank: each worker of an instance has its own port."""
         return self.kv_port + dp_rank * self.local.tp_size + tp_rank
+
+
+# vllm-ascend's platform appends "-<uuid4 hex>" to every engine_id at start-up (platform.check_and_update_config),
+# before vLLM adds "_dp<rank>" to a DP engine's.
+_PLATFORM_SUFFIX = re.compile(r"-[0-9a-f]{32}(?=(_dp\d+)?$)")
+
+
+def deployment_engine_id(engine_id: str) -> str:
+    """The engine id deployment.yaml gives, without vllm-ascend's unique suffix: what the proxy hands D in push
+    mode, and what logs and trace files are named by, so they match the deployment on either platform."""
+    return _PLATFORM_SUFFIX.sub("", engine_id)
 
 
 def _fail(field: str, message: str, fix: str) -> InputError:
@@ -214,7 +226,7 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
     role = ROLES[kv_role]
     local = _shape(shapes, role)
     return ConnectorConfig(
-        role=role, mode=mode, protocol=protocol, engine_id=str(engine_id), kv_port=port,
+        role=role, mode=mode, protocol=protocol, engine_id=deployment_engine_id(str(engine_id)), kv_port=port,
         prefill=_shape(shapes, "prefill"), decode=_shape(shapes, "decode"),
         abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
         kv_load_timeout_s=_load_timeout(extra, mode, transfer_timeout_s),

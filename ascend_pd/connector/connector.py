@@ -55,6 +55,9 @@ class AscendPDConnector(KVConnectorBase_V1):
         parallel = vllm_config.parallel_config
         self.config = pause_for_platform(parse_config(transfer.kv_role, transfer.engine_id, transfer.kv_port, extra),
                                          current_platform.is_cpu(), parallel.data_parallel_size)
+        if self.config.engine_id != transfer.engine_id:
+            logger.info("AscendPD: engine %s goes by %s, as deployment.yaml names it", transfer.engine_id,
+                        self.config.engine_id)
         host = get_ip()
         dp_rank = parallel.data_parallel_rank
         self.scheduler_side = None

@@ -83,3 +83,14 @@ def test_the_idle_step_pause_applies_only_to_a_lone_engine_on_vllm_cpu(on_cpu, d
     """The ranks of a DP group step together: one rank pausing on an empty step slows every rank of the group."""
     config = pause_for_platform(parse_config("kv_producer", "prefill-0", 36000, dict(SHAPES)), on_cpu, dp)
     assert (config.idle_step_pause_s > 0) == paused
+
+
+@pytest.mark.parametrize("given,expected", [
+    ("prefill-0-0123456789abcdef0123456789abcdef", "prefill-0"),
+    ("decode-0-0123456789abcdef0123456789abcdef_dp3", "decode-0_dp3"),
+    ("decode-0_dp3", "decode-0_dp3"),
+    ("my-engine-deadbeef", "my-engine-deadbeef"),  # not vllm-ascend's 32-digit suffix
+])
+def test_the_engine_id_is_the_deployments_whatever_vllm_ascend_appended(given, expected):
+    """vllm-ascend makes every engine_id unique with -<uuid>; logs, traces and push peers go by deployment.yaml's."""
+    assert parse_config("kv_producer", given, 36000, dict(SHAPES)).engine_id == expected
