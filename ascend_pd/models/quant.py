@@ -28,6 +28,13 @@ QUANTIZATIONS: dict[str, Quantization] = {
 KV_BYTES: dict[str, int] = {"bf16": 2, "int8": 1}
 
 
+def role_kv_dtype(kv_dtype: str, role: str) -> str:
+    """The dtype of one role's KV cache: vllm-ascend's C8 (int8 KV) gives only a KV consumer an int8 cache; a
+    prefill instance (producer) keeps bf16 and, with the layerwise connector, quantizes as it sends
+    (quantization/methods/kv_c8.py)."""
+    return "bf16" if role == "prefill" else kv_dtype
+
+
 def get_quantization(name: str) -> Quantization:
     try:
         return QUANTIZATIONS[name.lower()]

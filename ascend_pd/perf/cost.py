@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 from ascend_pd.defaults import GPU_MEMORY_UTILIZATION
 from ascend_pd.hardware import Chip, Cluster, LinkTier
 from ascend_pd.models import ModelSpec, get_quantization
+from ascend_pd.models.quant import role_kv_dtype
 from ascend_pd.perf.calibration import Calibration, calibration_for
 from ascend_pd.perf.comm import all_reduce_time, all_to_all_time, transfer_time
 from ascend_pd.perf.memory import MemoryFit, memory_fit
@@ -242,9 +243,11 @@ class CostModel:
         return self.decode_step(shape, batch_per_rank, context, mtp).total / accepted_tokens_per_step(mtp, acceptance)
 
     # --- memory ----------------------------------------------------------------------------------------------
-    def memory(self, shape: Shape, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> MemoryFit:
-        return memory_fit(self.model, self.chip, self.quantization, self.kv_dtype, shape.tp, shape.pp, shape.ep,
-                          gpu_memory_utilization)
+    def memory(self, shape: Shape, gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+               role: str = "decode") -> MemoryFit:
+        """What a device of `shape` holds; a prefill instance's KV cache stays bf16 under C8 (role_kv_dtype)."""
+        return memory_fit(self.model, self.chip, self.quantization, role_kv_dtype(self.kv_dtype, role), shape.tp,
+                          shape.pp, shape.ep, gpu_memory_utilization)
 
     def max_decode_batch(self, shape: Shape, tokens_per_sequence: float,
                          gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION) -> int:

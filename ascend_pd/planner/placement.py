@@ -45,7 +45,7 @@ def _draft_args(role: str, mtp: int) -> list[str]:
 def vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
     extra = _draft_args(option.role, req.mtp)
     if option.role == "prefill":
-        full_length = cost.memory(option.shape).kv_capacity_tokens // req.max_model_len
+        full_length = cost.memory(option.shape, role="prefill").kv_capacity_tokens // req.max_model_len
         return VllmArgs(max_model_len=req.max_model_len, max_num_batched_tokens=option.chunk_tokens,
                         max_num_seqs=max(1, min(PREFILL_MAX_SEQS, full_length)), extra_args=extra)
     tokens_per_step = option.batch_per_rank * (1 + req.mtp)

@@ -109,6 +109,8 @@ def evaluate_options(cost: CostModel, req: Requirements, budget: int, progress: 
     for shape in sorted(shapes, key=lambda s: -ceilings[s] / s.devices):
         if ceilings[shape] / shape.devices < best:
             break
+        if cost.memory(shape, role="prefill").kv_capacity_tokens < req.max_model_len:
+            continue  # a bf16 prefill cache (under C8 only decode's is int8) must still hold the longest prompt
         found = prefill_option(cost, shape, req, span, ceilings[shape])
         if found is not None:
             options["prefill"].append(found)

@@ -6,6 +6,7 @@ from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
+from ascend_pd.models.quant import role_kv_dtype
 from ascend_pd.perf.memory import memory_fit
 
 GIB = 1024**3
@@ -90,7 +91,8 @@ def weights_fit(ctx: Context) -> Iterator[Diagnostic]:
         if chip is None:
             continue
         p, args = inst.parallel, inst.vllm
-        fit = memory_fit(ctx.model, chip, ctx.deployment.model.quantization, ctx.deployment.model.kv_cache_dtype,
+        fit = memory_fit(ctx.model, chip, ctx.deployment.model.quantization,
+                         role_kv_dtype(ctx.deployment.model.kv_cache_dtype, inst.role),
                          p.tp, p.pp, p.ep, args.gpu_memory_utilization)
         if fit.kv_capacity_tokens < args.max_model_len:
             yield ctx.diag("APD205", "error", ("instances", i, "parallel"),
@@ -111,7 +113,8 @@ def kv_capacity(ctx: Context) -> Iterator[Diagnostic]:
         if chip is None:
             continue
         p, args = inst.parallel, inst.vllm
-        fit = memory_fit(ctx.model, chip, ctx.deployment.model.quantization, ctx.deployment.model.kv_cache_dtype,
+        fit = memory_fit(ctx.model, chip, ctx.deployment.model.quantization,
+                         role_kv_dtype(ctx.deployment.model.kv_cache_dtype, inst.role),
                          p.tp, p.pp, p.ep, args.gpu_memory_utilization)
         need = args.max_num_seqs * args.max_model_len
         if not args.max_model_len <= fit.kv_capacity_tokens < need:

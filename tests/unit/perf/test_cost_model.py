@@ -126,3 +126,16 @@ def test_the_batch_timer_the_planner_plays_prefill_with_is_prefill_time(model, c
         prompts = [float(n) for n in rng.integers(1, 16000, rng.integers(1, 6))]
         expected = cost.prefill_time(shape, prompts).total
         assert timer(sum(prompts), sum(n * n for n in prompts), len(prompts)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_with_an_int8_kv_cache_only_decode_holds_int8_prefill_keeps_bf16():
+    """vllm-ascend's C8 gives only the KV consumer an int8 cache: on the same shape a prefill instance holds about
+    half the tokens a decode instance does, and exactly what it holds with a bf16 cache."""
+    cluster = load_cluster("atlas-800i-a2-x4")
+    model = get_model("qwen3-32b")
+    int8 = CostModel(model, cluster.chip, cluster, "w8a8", "int8")
+    bf16 = CostModel(model, cluster.chip, cluster, "w8a8", "bf16")
+    shape = Shape(tp=4, dp=1, ep=1)
+    prefill, decode = (int8.memory(shape, role=role).kv_capacity_tokens for role in ("prefill", "decode"))
+    assert prefill == bf16.memory(shape, role="prefill").kv_capacity_tokens
+    assert decode == pytest.approx(2 * prefill, rel=0.01)
