@@ -61,6 +61,14 @@ def _dns_label(text: str) -> str:
     return label[:63].rstrip("-") or "plan"
 
 
+def _connector(cost: CostModel, req: Requirements, protocol: str) -> Connector:
+    """ascend-pd's connector, except for an int8 (C8) KV cache on NPUs: vllm-ascend gives only decode an int8 cache,
+    and only its layerwise connector quantizes prefill's bf16 KV as it writes (validation APD413)."""
+    if cost.kv_dtype == "int8" and protocol == "ascend":
+        return Connector(implementation="vllm-ascend", mode="push", protocol=protocol)
+    return Connector(implementation="ascend-pd", mode=req.kv_mode, protocol=protocol)
+
+
 def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requirements, workload: Workload, slo: SLO,
                      cluster_ref: str) -> Deployment:
     cluster = cost.cluster
@@ -90,7 +98,7 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
         cluster=cluster.name if cluster_ref in shipped_clusters() else cluster_ref,
         model=ModelRef(name=model.id, quantization=cost.quantization, kv_cache_dtype=cost.kv_dtype,
                        path=f"/models/{model.id}", served_name=model.id),
-        connector=Connector(implementation="ascend-pd", mode=req.kv_mode, protocol=protocol),
+        connector=_connector(cost, req, protocol),
         workload=workload, slo=slo, instances=instances,
         proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy=PROXY_POLICY,
                     workers=proxy_workers(workload.rate, float(req.lengths.output_tokens.mean()), req.accepted)))

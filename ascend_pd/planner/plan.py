@@ -62,7 +62,9 @@ def requirements(cost: CostModel, inputs: PlanInputs) -> Requirements:
     mtp = cost.model.mtp_layers if inputs.mtp is None else inputs.mtp
     return Requirements(ttft=inputs.slo.ttft_ms / 1e3, tpot=inputs.slo.tpot_ms / 1e3,
                         attainment=inputs.slo.attainment, lengths=lengths, max_model_len=max_model_len(cost, lengths),
-                        mtp=mtp, mtp_acceptance=inputs.mtp_acceptance if mtp else 0.0, kv_mode=inputs.kv_mode)
+                        mtp=mtp, mtp_acceptance=inputs.mtp_acceptance if mtp else 0.0,
+                        # a C8 cache moves only through vllm-ascend's layerwise (push) connector (placement.py)
+                        kv_mode="push" if cost.kv_dtype == "int8" else inputs.kv_mode)
 
 
 def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int,

@@ -139,12 +139,21 @@ def _fewest(option: Option, rate: float) -> int:
     return math.ceil(rate / option.rate - 1e-9)
 
 
+def connector_pairs(cost: CostModel) -> Callable[[Option, Option], bool]:
+    """Which prefill and decode shapes the plan's connector can pair. Under C8 the plan uses vllm-ascend's layerwise
+    connector (APD413), whose AscendConfig needs P TP a multiple of D TP for a model without MLA (APD403)."""
+    if cost.kv_dtype != "int8" or cost.model.mla:
+        return lambda p, d: True
+    return lambda p, d: p.shape.tp % d.shape.tp == 0
+
+
 def choose(options: dict[str, list[Option]], budget: int, rate: float | None,
-           top_k: int = 5) -> SearchResult | None:
-    """With a target `rate`: the fewest devices that sustain it. Without: the most goodput within `budget`."""
+           top_k: int = 5, pairs: Callable[[Option, Option], bool] = lambda p, d: True) -> SearchResult | None:
+    """With a target `rate`: the fewest devices that sustain it. Without: the most goodput within `budget`.
+    `pairs` says which prefill and decode options may serve together."""
     choices: list[Choice] = []
     for p in options["prefill"]:
-        for d in options["decode"]:
+        for d in (d for d in options["decode"] if pairs(p, d)):
             if rate is None:
                 counts = _best_counts(p, d, budget)
                 if counts is None:
@@ -187,12 +196,12 @@ def search(cost: CostModel, req: Requirements, budget: int, rate: float | None,
     options = evaluate_options(cost, req, group_budget, progress, only)
     if rate is None:
         units = budget // group_budget
-        result = choose(options, group_budget, None)
+        result = choose(options, group_budget, None, pairs=connector_pairs(cost))
     else:
         result, units = None, 0
         while result is None and (units + 1) * group_budget <= budget:
             units += 1
-            result = choose(options, group_budget, rate / units)
+            result = choose(options, group_budget, rate / units, pairs=connector_pairs(cost))
     if result is None:
         need = "the target rate" if rate is not None else "the SLO"
         raise InputError(f"no deployment of {cost.model.id} on {budget} devices meets {need} with the "

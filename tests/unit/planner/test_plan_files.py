@@ -100,3 +100,20 @@ def test_target_rate_is_the_rate_written_to_the_deployment_and_predicted_at(tmp_
     assert data["predicted"]["rate_rps"] == 3
     assert yaml.safe_load((tmp_path / "deployment.yaml").read_text())["workload"]["rate"] == 3
     assert data["predicted"]["goodput_rps"] == pytest.approx(3 * data["predicted"]["slo_attainment"])
+
+
+def test_an_int8_kv_plan_runs_vllm_ascends_layerwise_connector_and_validates_clean(tmp_path):
+    """vllm-ascend gives only decode an int8 (C8) cache; its layerwise connector is the one that quantizes prefill's
+    bf16 KV as it writes, and for a GQA model it needs prefill TP a multiple of decode TP."""
+    import yaml
+
+    plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--kv-dtype", "int8", "--kv-mode",
+         "pull", "--rate", "8", "--input-mean", "3000", "--input-p99", "9000", "--output-mean", "300",
+         "--output-p99", "900")
+    deployment = yaml.safe_load((tmp_path / "deployment.yaml").read_text())
+    assert errors_of(tmp_path / "deployment.yaml") == []
+    roles = {i["role"] for i in deployment["instances"]}
+    assert roles == {"prefill", "decode"}
+    assert (deployment["connector"]["implementation"], deployment["connector"]["mode"]) == ("vllm-ascend", "push")
+    tps = {role: {i["parallel"]["tp"] for i in deployment["instances"] if i["role"] == role} for role in roles}
+    assert all(p % d == 0 for p in tps["prefill"] for d in tps["decode"])

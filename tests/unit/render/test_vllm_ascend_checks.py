@@ -123,7 +123,8 @@ def test_render_refuses_an_engine_vllm_ascend_would_refuse_even_when_no_rule_doe
     assert any(d.code == "APD499" and "MooncakeConnectorWorker" in d.message for d in result.diagnostics)
 
 
-# ---- 100 plans: what the planner writes, and the same plans under the other connectors and an int8 cache
+# ---- 100 plans (a third with an int8 cache): what the planner writes, and the same plans under the other
+# connectors and the other cache dtype
 
 PLAN_MODELS = {"atlas-800i-a2-x4": ["qwen3-32b", "llama-3.1-70b", "qwen2.5-7b", "qwen3-30b-a3b"],
                "atlas-800t-a3-x4": ["deepseek-r1", "qwen3-235b-a22b", "qwen3-32b", "llama-3.1-70b"]}
@@ -147,8 +148,9 @@ def _fuzzed_plan(seed: int) -> dict:
         slo = SLO(ttft_ms=rng.choice([1000, 2000, 5000]), tpot_ms=rng.choice([30, 50]), attainment=0.9)
         inputs = PlanInputs(workload, slo, rate=rng.choice([2.0, 8.0, 20.0]), kv_mode=rng.choice(["pull", "push"]),
                             cluster_ref=cluster)
+        kv_dtype = rng.choice(["bf16", "bf16", "int8"])
         try:
-            outcome = make_plan(cost_model(model, cluster, None, None, "bf16", None), inputs)
+            outcome = make_plan(cost_model(model, cluster, None, None, kv_dtype, None), inputs)
         except InputError:
             continue
         return yaml.safe_load(dump_deployment(outcome.deployment))
@@ -164,7 +166,7 @@ def test_every_engine_of_100_plans_starts_under_vllm_ascend_or_validation_says_w
         variants = [plan] + [copy.deepcopy(plan) for _ in range(3)]
         variants[1]["connector"].update(implementation="vllm-ascend", mode="pull")
         variants[2]["connector"].update(implementation="vllm-ascend", mode="push")
-        variants[3]["model"]["kv_cache_dtype"] = "int8"
+        variants[3]["model"]["kv_cache_dtype"] = "bf16" if plan["model"]["kv_cache_dtype"] == "int8" else "int8"
         for index, data in enumerate(variants):
             accepted, found = _checked(data)
             assert accepted or index > 0, f"seed {seed}: the planner wrote a deployment validation refuses"
