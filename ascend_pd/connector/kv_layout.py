@@ -105,15 +105,21 @@ def registration_regions(planes: list[CachePlane]) -> list[tuple[int, int]]:
     by_storage: dict[int, list[tuple[int, int]]] = {}
     for plane in planes:
         by_storage.setdefault(plane.tensor.untyped_storage().data_ptr(), []).append(_span(plane.tensor))
-    regions = []
-    for spans in by_storage.values():
-        spans.sort()
-        start, end = spans[0]
-        for next_start, next_end in spans[1:]:
-            if next_start <= end + MERGE_GAP_BYTES:
-                end = max(end, next_end)
-            else:
-                regions.append((start, end - start))
-                start, end = next_start, next_end
+    return [region for spans in by_storage.values() for region in merge_spans(spans, MERGE_GAP_BYTES)]
+
+
+def merge_spans(spans: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """(start, end) spans of one allocation as (address, bytes) regions: spans that overlap, touch or lie within
+    `gap` bytes of each other become one region (the gap between them included)."""
+    regions: list[tuple[int, int]] = []
+    start, end = None, None
+    for next_start, next_end in sorted(spans):
+        if start is not None and next_start <= end + gap:
+            end = max(end, next_end)
+            continue
+        if start is not None:
+            regions.append((start, end - start))
+        start, end = next_start, next_end
+    if start is not None:
         regions.append((start, end - start))
     return regions

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ascend_pd.connector.transport import Span, coalesce, merge_regions
+from ascend_pd.connector.kv_layout import merge_spans
+from ascend_pd.connector.transport import Span, coalesce
 
 
 def covered(regions) -> set[int]:
@@ -16,16 +17,21 @@ def byte_map(spans) -> list[tuple[int, int]]:
     return [(s.local + i, s.remote + i) for s in spans for i in range(s.length)]
 
 
-def test_touching_and_overlapping_regions_are_registered_once():
-    assert merge_regions([(100, 50), (0, 100), (120, 10), (300, 1)]) == [(0, 150), (300, 1)]
+def test_touching_overlapping_and_nearby_spans_are_registered_once():
+    assert merge_spans([(100, 150), (0, 100), (120, 130), (300, 301)], gap=0) == [(0, 150), (300, 1)]
+    assert merge_spans([(100, 150), (0, 100), (160, 170), (300, 301)], gap=10) == [(0, 170), (300, 1)]
 
 
-@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 40)), max_size=12))
-def test_merged_regions_cover_exactly_the_same_bytes_without_touching(regions):
-    merged = merge_regions(regions)
-    assert covered(merged) == covered(regions)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 40)), max_size=12), st.integers(0, 8))
+def test_merged_regions_cover_every_span_and_stay_further_apart_than_the_gap(spans, gap):
+    spans = [(start, start + length) for start, length in spans]
+    merged = merge_spans(spans, gap)
+    assert covered((start, end - start) for start, end in spans) <= covered(merged)
     for (a, la), (b, _) in zip(merged, merged[1:]):
-        assert a + la < b  # a gap remains between registered regions, otherwise they would have merged
+        assert a + la + gap < b  # otherwise they would have merged
+    # a merged region adds only the gaps it bridged: each of its bytes is in a span or within `gap` of one
+    inside = covered((start, end - start + gap) for start, end in spans)
+    assert covered(merged) <= inside
 
 
 def test_contiguous_blocks_move_as_one_copy():
