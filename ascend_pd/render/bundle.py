@@ -55,7 +55,7 @@ def _yaml_documents(objects: list[dict]) -> str:
     return "---\n".join(dump_yaml(o, width=120) for o in objects)
 
 
-def upstream_refusal(refusal: Refusal) -> Diagnostic:
+def _upstream_refusal(refusal: Refusal) -> Diagnostic:
     return Diagnostic(code="APD499", severity="error", path=refusal.engine, message=refusal.describe(),
                       hint="change the instance's shape or connector so vllm-ascend starts it; please report the "
                            "deployment, since validation should have refused it with a rule of its own")
@@ -67,7 +67,7 @@ def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptio
     if has_errors(diagnostics):
         return RenderResult(diagnostics, {})
     plan = plan_processes(loaded, options.interface, options.node_ips)
-    refused = [upstream_refusal(r) for r in plan_refusals(plan)]
+    refused = [_upstream_refusal(r) for r in plan_refusals(plan)]
     if refused:  # validation should have said so first: this keeps a rule's gap from reaching a cluster
         return RenderResult(diagnostics + refused, {})
     targets = options.targets()
