@@ -173,7 +173,8 @@ def c8_kv_cache(ctx: Context) -> Iterator[Diagnostic]:
     (quantization/methods/kv_c8.py). Its layerwise (push) connector quantizes on P before writing; its pull connector
     refuses GQA models at start-up (AscendConfig._check_mooncake_c8_kv_cache_quant); AscendPDConnector moves bytes."""
     conn = ctx.deployment.connector
-    if ctx.deployment.model.kv_cache_dtype != "int8" or not _disaggregated(ctx) or "ascend" not in ctx.cluster.protocols:
+    on_npus = "ascend" in ctx.cluster.protocols
+    if ctx.deployment.model.kv_cache_dtype != "int8" or not _disaggregated(ctx) or not on_npus:
         return
     if conn.implementation == "ascend-pd":
         reason = "AscendPDConnector moves raw bytes, and D would refuse P's cache at the handshake"

@@ -15,7 +15,8 @@ from ascend_pd.connector.side_channel import PeerUnreachable, SideChannelServer
 
 def config(**extra):
     return parse_config("kv_consumer", "decode-0", 26100, {
-        "ascend_pd_shapes": {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}}, "handshake_timeout_s": 0.3, "handshake_retries": 1,
+        "ascend_pd_shapes": {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}},
+        "handshake_timeout_s": 0.3, "handshake_retries": 1,
         **extra})
 
 
