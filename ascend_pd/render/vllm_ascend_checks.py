@@ -17,7 +17,6 @@ from ascend_pd.errors import InputError
 from ascend_pd.models import get_model
 from ascend_pd.render.processes import LaunchPlan
 
-UPSTREAM = "vllm-ascend main 182b75e (also v0.23.0, v0.25.1rc1)"
 # vllm_ascend/utils.py uses_mooncake_connector: the names its C8 check refuses.
 MOONCAKE_PULL_NAMES = frozenset({"MooncakeConnector", "MooncakeConnectorV1"})
 
@@ -30,7 +29,6 @@ class EngineStart:
     name: str
     tensor_parallel_size: int
     data_parallel_size: int
-    pipeline_parallel_size: int
     kv_transfer: dict[str, Any] | None
     is_deepseek_mla: bool
     total_num_kv_heads: int
@@ -48,7 +46,6 @@ class EngineStart:
         text = flag_value(args, "--kv-transfer-config")
         return cls(name=name, tensor_parallel_size=size("--tensor-parallel-size"),
                    data_parallel_size=size("--data-parallel-size"),
-                   pipeline_parallel_size=size("--pipeline-parallel-size"),
                    kv_transfer=json.loads(text) if text else None, is_deepseek_mla=mla,
                    total_num_kv_heads=kv_heads, total_num_attention_heads=attention_heads, c8_kv_cache=c8)
 
