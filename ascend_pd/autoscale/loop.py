@@ -8,33 +8,19 @@ import signal
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ascend_pd.autoscale.observe import observe
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin
-from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
+from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
+from ascend_pd.autoscale.settings import AutoscaleSettings, Timeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.errors import InputError
-from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, SHRINK_MARGIN, Correction, Proposal, replan
+from ascend_pd.planner.replan import Correction, Proposal, replan
 from ascend_pd.planner.resize import counts_of
 
 DECISIONS = ("hold", "wait", "apply", "applied", "failed", "unobservable")
-
-
-@dataclass(frozen=True)
-class AutoscaleSettings:
-    interval: float = 60.0  # seconds between observations
-    agree: int = 2  # intervals in a row that must propose the same deployment before it is applied, unless the
-    # running one misses the SLO at the observed rate itself (the proposal is urgent): then the first applies
-    cooldown: float = 300.0  # seconds after a change before the next may start
-    headroom: float = HEADROOM
-    min_gain: float = MIN_GAIN
-    min_saving: float = MIN_SAVING
-    shrink_margin: float = SHRINK_MARGIN
-    calibration: str | None = None
-    dry_run: bool = False  # decide and log, never apply
 
 
 class AutoscaleMetrics:

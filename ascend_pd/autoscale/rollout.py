@@ -16,25 +16,13 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, wait_healthy
+from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, Timeouts
 from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.planner.resize import Step
 from ascend_pd.proxy.endpoints import Endpoint, endpoints_from_deployment
 from ascend_pd.render.bundle import RenderOptions, render_bundle, write_bundle
 from ascend_pd.render.processes import LaunchPlan, plan_processes
-
-DEFAULT_NODE_COMMAND = "ssh {host}"
-DEFAULT_KUBECTL = "kubectl"
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Seconds. An engine loads its weights before /health answers: minutes for a large model."""
-
-    start: float = 1800.0
-    drain: float = 600.0
-    command: float = 120.0
-
 
 @dataclass
 class RolloutLog:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2
+from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, Timeouts
 from ascend_pd.cli.replan import admin_token_option, thresholds
 from ascend_pd.errors import InputError
 
@@ -18,27 +19,27 @@ from ascend_pd.errors import InputError
                    "stop instances); it is rewritten after every change")
 @click.option("--proxy", "proxy_url", required=True, help="the proxy's base URL (admin token required)")
 @admin_token_option
-@click.option("--interval", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(min=0.1), default=AutoscaleSettings.interval, show_default=True,
               help="seconds between observations (the proxy's --workload-window should be at least this)")
-@click.option("--agree", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--agree", type=click.IntRange(min=1), default=AutoscaleSettings.agree, show_default=True,
               help="intervals in a row that must propose the same change before it is applied (one when the "
                    "deployment misses the SLO at the observed rate itself)")
-@click.option("--cooldown", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--cooldown", type=click.FloatRange(min=0), default=AutoscaleSettings.cooldown, show_default=True,
               help="seconds after a change before another may start")
 @click.option("--target", type=click.Choice(["bash", "k8s"]), default="bash", show_default=True,
               help="bash: the bundle's launch/stop scripts through --node-command; k8s: kubectl apply/delete of the "
                    "instance manifests")
-@click.option("--node-command", default="ssh {host}", show_default=True,
+@click.option("--node-command", default=DEFAULT_NODE_COMMAND, show_default=True,
               help="prefix that runs a command on a node ({host}: its IP, {node}: its name); '' runs it here. It "
                    "runs the bundle's scripts at the bundle's path: share it, or give --copy-command")
 @click.option("--copy-command", default="", show_default=True,
               help="command run here before an instance starts on a node, to put the bundle (rewritten for the "
                    "change) at the same path there ({bundle}, {host}, {node}); e.g. "
                    "'rsync -a --delete {bundle}/ {host}:{bundle}/'. '' for a shared file system")
-@click.option("--kubectl", default="kubectl", show_default=True, help="kubectl command (add -n NAMESPACE here)")
-@click.option("--start-timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True,
+@click.option("--kubectl", default=DEFAULT_KUBECTL, show_default=True, help="kubectl command (add -n NAMESPACE here)")
+@click.option("--start-timeout", type=click.FloatRange(min=1), default=Timeouts.start, show_default=True,
               help="seconds a new instance has to answer /health")
-@click.option("--drain-timeout", type=click.FloatRange(min=1), default=600.0, show_default=True,
+@click.option("--drain-timeout", type=click.FloatRange(min=1), default=Timeouts.drain, show_default=True,
               help="seconds a drained instance has to finish its requests")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), default=None,
               help="JSON-lines log of every decision and rollout phase [default: autoscale.jsonl in the bundle]")
@@ -60,9 +61,9 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
     the proxy and stop. A failed step stops the change and leaves the proxy serving. SIGINT or SIGTERM ends a change
     in progress the same way, writes the deployment file as what runs, and exits (a second signal: at once).
     """
-    from ascend_pd.autoscale.loop import AutoscaleMetrics, AutoscaleSettings, Autoscaler, stopping_on_signals
+    from ascend_pd.autoscale.loop import AutoscaleMetrics, Autoscaler, stopping_on_signals
     from ascend_pd.autoscale.proxy_admin import Interrupted
-    from ascend_pd.autoscale.rollout import Launcher, RolloutLog, Timeouts
+    from ascend_pd.autoscale.rollout import Launcher, RolloutLog
 
     _check_template("--node-command", node_command, ("host", "node"))
     _check_template("--copy-command", copy_command, ("bundle", "host", "node"))

@@ -22,7 +22,8 @@ import pytest
 import yaml
 
 from ascend_pd.autoscale.proxy_admin import ProxyAdmin
-from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
+from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
+from ascend_pd.autoscale.settings import Timeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.planner.resize import Step, counts_of, resize
 from ascend_pd.proxy.endpoints import endpoints_from_deployment

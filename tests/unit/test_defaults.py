@@ -90,3 +90,46 @@ def test_memory_defaults_are_the_constants():
     assert memory.RUNTIME_RESERVE_BYTES == defaults.RUNTIME_RESERVE_BYTES
     for fn in (memory.memory_fit, CostModel.memory, CostModel.max_decode_batch):
         assert inspect.signature(fn).parameters["gpu_memory_utilization"].default == defaults.GPU_MEMORY_UTILIZATION
+
+
+# Options of these commands whose default lives only in the CLI: there is no library value they could copy.
+CLI_ONLY_DEFAULTS = {"--metrics-port", "--host", "--event-loop", "--log-level", "--target", "--copy-command"}
+
+
+@pytest.mark.parametrize("module", ["proxy", "autoscale"])
+def test_proxy_and_autoscale_options_take_their_defaults_from_the_settings_not_a_literal(module):
+    """A literal in a click option's default is a second copy of the settings' default: it fails here."""
+    tree = ast.parse((ROOT / f"ascend_pd/cli/{module}.py").read_text())
+    copies = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "option"):
+            continue
+        flag = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) else None
+        default = next((kw.value for kw in call.keywords if kw.arg == "default"), None)
+        if (isinstance(default, ast.Constant) and default.value is not None and not isinstance(default.value, bool)
+                and flag not in CLI_ONLY_DEFAULTS):
+            copies.append(f"{flag}={default.value!r} (line {call.lineno})")
+    assert not copies, f"ascend_pd/cli/{module}.py types defaults the settings already hold: {copies}"
+
+
+def test_proxy_options_show_the_proxy_settings_defaults():
+    from ascend_pd.proxy.settings import ProxySettings, Timeouts
+
+    settings, timeouts = ProxySettings(), Timeouts()
+    for name in ("max_inflight", "prefill_attempts", "pair_attempts", "health_interval", "engine_load_interval",
+                 "workload_window"):
+        assert option("proxy", name).default == getattr(settings, name), name
+    for name in ("connect", "read", "total"):
+        assert option("proxy", f"{name}_timeout").default == getattr(timeouts, name), name
+
+
+def test_autoscale_options_show_the_loop_settings_defaults():
+    from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, Timeouts
+
+    settings, timeouts = AutoscaleSettings(), Timeouts()
+    for name in ("interval", "agree", "cooldown", "headroom", "min_gain", "min_saving", "shrink_margin"):
+        assert option("autoscale", name).default == getattr(settings, name), name
+    assert (option("autoscale", "start_timeout").default, option("autoscale", "drain_timeout").default) == (
+        timeouts.start, timeouts.drain)
+    assert (option("autoscale", "node_command").default, option("autoscale", "kubectl").default) == (
+        DEFAULT_NODE_COMMAND, DEFAULT_KUBECTL)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import aiohttp
 
-from ascend_pd.autoscale.loop import AutoscaleSettings, Autoscaler
-from ascend_pd.autoscale.rollout import Launcher, RolloutLog, Timeouts
+from ascend_pd.autoscale.loop import Autoscaler
+from ascend_pd.autoscale.settings import AutoscaleSettings, Timeouts
+from ascend_pd.autoscale.rollout import Launcher, RolloutLog
 from ascend_pd.deploy import load_deployment
 from ascend_pd.deploy.io import write_deployment
 from ascend_pd.deploy.schema import SLO, LengthDistribution, Workload

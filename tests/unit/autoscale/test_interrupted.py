@@ -11,7 +11,8 @@ import pytest
 
 from ascend_pd.autoscale.loop import stopping_on_signals
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin
-from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
+from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
+from ascend_pd.autoscale.settings import Timeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.planner.resize import counts_of
 

@@ -6,7 +6,8 @@ import io
 import json
 
 from ascend_pd.autoscale.proxy_admin import ProxyAdmin
-from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog, Timeouts
+from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
+from ascend_pd.autoscale.settings import Timeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.planner.resize import counts_of
 from ascend_pd.render.processes import plan_processes

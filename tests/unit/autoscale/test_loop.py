@@ -7,7 +7,8 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from ascend_pd.autoscale.loop import AutoscaleMetrics, AutoscaleSettings, Autoscaler
+from ascend_pd.autoscale.loop import AutoscaleMetrics, Autoscaler
+from ascend_pd.autoscale.settings import AutoscaleSettings
 from ascend_pd.autoscale.rollout import Launcher, RolloutLog
 from ascend_pd.deploy.io import dump_deployment, load_deployment
 

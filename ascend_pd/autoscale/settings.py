@@ -1,0 +1,33 @@
+"""The closed loop's settings and their defaults, typed once: `ascend-pd autoscale` shows and passes these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, SHRINK_MARGIN
+
+DEFAULT_NODE_COMMAND = "ssh {host}"
+DEFAULT_KUBECTL = "kubectl"
+
+
+@dataclass(frozen=True)
+class AutoscaleSettings:
+    interval: float = 60.0  # seconds between observations
+    agree: int = 2  # intervals in a row that must propose the same deployment before it is applied, unless the
+    # running one misses the SLO at the observed rate itself (the proposal is urgent): then the first applies
+    cooldown: float = 300.0  # seconds after a change before the next may start
+    headroom: float = HEADROOM
+    min_gain: float = MIN_GAIN
+    min_saving: float = MIN_SAVING
+    shrink_margin: float = SHRINK_MARGIN
+    calibration: str | None = None
+    dry_run: bool = False  # decide and log, never apply
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds. An engine loads its weights before /health answers: minutes for a large model."""
+
+    start: float = 1800.0
+    drain: float = 600.0
+    command: float = 120.0
