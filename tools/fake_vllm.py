@@ -1,4 +1,4 @@
-"""Run fake vLLM prefill/decode engines (ascend_pd.proxy.testing) in one process, for benchmarks and soak runs.
+"""Run fake vLLM prefill/decode engines (tests/fakes/vllm_api.py) in one process, for benchmarks and soak runs.
 
 Prints one JSON line {"prefill": [...], "decode": [...], "colocated": [...]} with each engine's url, kv_port and
 engine_id once every engine listens, then serves until killed.
@@ -12,9 +12,11 @@ import argparse
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 from ascend_pd.proxy.event_loop import EVENT_LOOPS, run
-from ascend_pd.proxy.testing import Behaviour, FakeEngine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the fake engines live in tests/fakes
+from tests.fakes.vllm_api import Behaviour, FakeEngine  # noqa: E402
 
 
 async def serve(args: argparse.Namespace) -> None:

@@ -37,7 +37,9 @@ from bench_proxy import process_tree  # tools/ is this script's directory
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
-from ascend_pd.proxy.testing import Behaviour, FakeEngine, fake_tokens, free_port, wait_healthy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the fake engines live in tests/fakes
+from tests.fakes.vllm_api import Behaviour, FakeEngine, fake_tokens, wait_healthy  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 CONNECTORS = {"pull": "{implementation: ascend-pd, mode: pull, protocol: tcp}",
               "push": "{implementation: ascend-pd, mode: push, protocol: tcp}",

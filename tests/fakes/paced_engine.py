@@ -1,5 +1,5 @@
 """A stand-in for a vLLM engine whose speed follows the cost model: it takes vLLM's own command line (what the
-rendered launch scripts run), serves the fake engine's OpenAI API (ascend_pd.proxy.testing.FakeEngine), and times
+rendered launch scripts run), serves the fake engine's OpenAI API (tests/fakes/vllm_api.py), and times
 the work as the cost model of its shape says: prompts are prefilled in batches of up to --max-num-batched-tokens, one
 batch at a time; output tokens come in decode steps over every running sequence (at most --max-num-seqs), each step
 as long as the model's decode step at that batch. The cost model is the local-cpu cluster's, with the calibration in
@@ -20,7 +20,7 @@ from ascend_pd.models import get_model
 from ascend_pd.perf.calibration import load_calibration
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
-from ascend_pd.proxy.testing import FakeEngine
+from vllm_api import FakeEngine  # tests/fakes, this script's directory
 from ascend_pd.proxy.tokens import EstimatedTokens
 
 ROLES = {"kv_producer": "prefill", "kv_consumer": "decode", None: "colocated"}

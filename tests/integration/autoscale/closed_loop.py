@@ -31,7 +31,8 @@ from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.plan import PlanInputs, make_plan
 from ascend_pd.planner.replan import HEADROOM
 from ascend_pd.planner.resize import counts_of
-from ascend_pd.proxy.testing import fake_tokens, free_port, wait_healthy
+from tests.fakes.vllm_api import fake_tokens, wait_healthy
+from tests.ports import free_port
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from kv_data import global_planes, shard
+from tests.ports import free_port_range
 
 PEER = Path(__file__).with_name("peer.py")
-
-
-def free_port_range(count: int) -> int:
-    """A base port with `count` free ports after it (outside Mooncake's 15000-17000 RPC range)."""
-    for base in range(23000 + (time.monotonic_ns() // 1000) % 9000, 33000, 37):
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", port))
-                sockets.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free port range")
 
 
 def specs(tmp_path: Path, *, mode: str, p_tp: int, d_tp: int, num_kv_heads: int = 4, is_mla: bool = False,

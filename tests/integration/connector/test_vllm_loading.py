@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -13,14 +12,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "unit" / "connector"))
 from vllm_scheduler import tiny_model_dir, vllm_config  # noqa: E402
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

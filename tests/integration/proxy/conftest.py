@@ -10,7 +10,7 @@ import pytest_asyncio
 from ascend_pd.proxy.app import Proxy, start_server
 from ascend_pd.proxy.endpoints import Endpoint, KVAddress
 from ascend_pd.proxy.settings import ProxySettings
-from ascend_pd.proxy.testing import Behaviour, FakeEngine
+from tests.fakes.vllm_api import Behaviour, FakeEngine
 
 
 class Rig:

@@ -23,7 +23,7 @@ async def test_drained_decode_gets_no_new_requests_and_an_added_one_does(rig):
     await rig.start(decodes=1, admin_token="s3cret")
     auth = {"Authorization": "Bearer s3cret"}
     old = rig.decodes[0]
-    from ascend_pd.proxy.testing import FakeEngine
+    from tests.fakes.vllm_api import FakeEngine
 
     new = await FakeEngine("decode").start()
     rig.decodes.append(new)
@@ -43,7 +43,7 @@ async def test_drained_decode_gets_no_new_requests_and_an_added_one_does(rig):
 
 async def test_a_proxy_of_colocated_instances_hands_off_once_a_prefill_and_a_decode_join(rig):
     # a colocated deployment's proxy runs its connector's flow: no restart when the autoscaler moves it to PD
-    from ascend_pd.proxy.testing import FakeEngine
+    from tests.fakes.vllm_api import FakeEngine
 
     await rig.start(prefills=0, decodes=0, colocated=1, mode="pull", admin_token="s3cret")
     auth = {"Authorization": "Bearer s3cret"}

@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 
 from ascend_pd.proxy.memory_trace import ENV_VAR as TRACEMALLOC_ENV
-from ascend_pd.proxy.testing import FakeEngine, free_port, wait_healthy
+from tests.fakes.vllm_api import FakeEngine, wait_healthy
+from tests.ports import free_port
 
 PROXY = [sys.executable, "-m", "ascend_pd.cli.main", "proxy"]
 

@@ -16,7 +16,8 @@ from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.engine_load import parse_engine_load, poll_engine_load_forever
-from ascend_pd.proxy.testing import Behaviour, FakeEngine, free_port, wait_healthy
+from tests.fakes.vllm_api import Behaviour, FakeEngine, wait_healthy
+from tests.ports import free_port
 from tests.integration.proxy.conftest import eventually
 
 PROXY = [sys.executable, "-m", "ascend_pd.cli.main", "proxy"]

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from ascend_pd.proxy.settings import Timeouts
-from ascend_pd.proxy.testing import Behaviour
+from tests.fakes.vllm_api import Behaviour
 from tests.integration.proxy.conftest import eventually
 
 pytestmark = pytest.mark.asyncio

@@ -5,7 +5,7 @@ that does not honour the rule) is answered correctly, never taken for a failed b
 import msgspec
 import pytest
 
-from ascend_pd.proxy.testing import Behaviour
+from tests.fakes.vllm_api import Behaviour
 
 pytestmark = pytest.mark.asyncio
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from ascend_pd.proxy.app import Proxy, start_server
 from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.settings import ProxySettings
-from ascend_pd.proxy.testing import FakeEngine
+from tests.fakes.vllm_api import FakeEngine
 from tests.integration.proxy.conftest import eventually
 
 pytestmark = pytest.mark.asyncio

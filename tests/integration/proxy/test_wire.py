@@ -10,7 +10,7 @@ import pytest
 from ascend_pd.proxy.app import Proxy, start_server
 from ascend_pd.proxy.endpoints import endpoint_from_url
 from ascend_pd.proxy.settings import ProxySettings, Timeouts
-from ascend_pd.proxy.testing import FakeEngine
+from tests.fakes.vllm_api import FakeEngine
 from ascend_pd.proxy.wire.client import HttpClient, Target
 from ascend_pd.proxy.wire.client import Timeouts as CallTimeouts
 from ascend_pd.proxy.wire.server import ClientGone, HttpServer, Request, Response

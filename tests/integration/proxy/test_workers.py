@@ -12,7 +12,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from ascend_pd.proxy.testing import Behaviour, FakeEngine, free_port, wait_healthy
+from tests.fakes.vllm_api import Behaviour, FakeEngine, wait_healthy
+from tests.integration.proxy.conftest import eventually
+from tests.ports import free_port
 
 PROXY = [sys.executable, "-m", "ascend_pd.cli.main", "proxy"]
 ADMIN = {"Authorization": "Bearer s3cret"}
@@ -26,6 +28,7 @@ def children(pid: int) -> list[int]:
 class Workers:
     def __init__(self, engines: list[FakeEngine], *extra: str, workers: int = 2):
         self.engines = engines
+        self.workers = workers
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [*PROXY, "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
@@ -38,10 +41,8 @@ class Workers:
         self.process = await asyncio.create_subprocess_exec(*self.args, stderr=subprocess.PIPE)
         async with aiohttp.ClientSession() as session:
             await wait_healthy(session, self.url)
-        for _ in range(100):  # every worker listens before the test starts
-            if len(children(self.process.pid)) == 2:
-                break
-            await asyncio.sleep(0.05)
+        # every worker listens before the test starts
+        assert await eventually(lambda: len(children(self.process.pid)) == self.workers), "workers did not start"
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -99,7 +100,8 @@ async def test_routing_sees_the_other_workers_requests():
         for _ in range(8):
             before = [len(engine.received) for engine in decodes]
             first = asyncio.ensure_future(proxy.complete(max_tokens=10))
-            await asyncio.sleep(0.15)  # the first has its decode engine by now
+            assert await eventually(lambda: sum(len(e.received) for e in decodes) > sum(before)), \
+                "the first stream reached no decode engine"
             await proxy.complete(max_tokens=2)
             await first
             assert [len(engine.received) - count for engine, count in zip(decodes, before)] == [1, 1]
@@ -134,12 +136,8 @@ async def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving():
     async with Workers(await engines()) as proxy:
         victim = children(proxy.process.pid)[0]
         os.kill(victim, signal.SIGKILL)
-        for _ in range(100):
-            now = children(proxy.process.pid)
-            if len(now) == 2 and victim not in now:
-                break
-            await asyncio.sleep(0.05)
-        assert len(now) == 2 and victim not in now
+        assert await eventually(lambda: len(now := children(proxy.process.pid)) == 2 and victim not in now), \
+            "the killed worker was not replaced"
         answers = await asyncio.gather(*(proxy.complete(f"after the kill {i}") for i in range(20)))
         assert all(b"[DONE]" in answer for answer in answers)
 
@@ -154,11 +152,8 @@ async def test_workers_stop_when_their_supervisor_is_killed():
         assert len(workers) == 2
         proxy.process.kill()
         await proxy.process.wait()
-        for _ in range(100):
-            if not any(Path(f"/proc/{pid}").exists() for pid in workers):
-                break
-            await asyncio.sleep(0.05)
-        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+        assert await eventually(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers)), \
+            "workers outlived their supervisor"
     finally:
         for engine in proxy.engines:
             await engine.stop()

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from ascend_pd.proxy.testing import Behaviour
+from tests.fakes.vllm_api import Behaviour
 from ascend_pd.proxy.tokens import EstimatedTokens
 
 pytestmark = pytest.mark.asyncio

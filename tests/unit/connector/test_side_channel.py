@@ -10,12 +10,7 @@ import pytest
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.errors import InputError
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def test_a_request_gets_the_handlers_reply():

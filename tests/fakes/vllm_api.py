@@ -20,7 +20,6 @@ import collections
 import itertools
 import json
 import random
-import socket
 import time
 import zlib
 from collections import OrderedDict
@@ -34,13 +33,6 @@ from aiohttp import web
 from ascend_pd.proxy.openai_body import prompt_text
 
 KV_WAIT_SECONDS = 5.0  # how long a fake D waits for pushed KV before it gives up with a 500
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def wait_healthy(session: aiohttp.ClientSession, url: str, seconds: float = 20.0) -> None:
@@ -207,7 +199,7 @@ class FakeEngine:
             await self._compute_prompt(prompt)
         return await self._generate(request, body, prompt)
 
-    # --- pacing: subclasses time the work like an engine would (see tests/fakes/paced_engine.py) -----------------
+    # --- pacing: subclasses time the work like an engine would (see paced_engine.py beside this file) -----------------
     async def _compute_prompt(self, prompt: str) -> None:
         await asyncio.sleep(self.behaviour.prefill_delay)
 

@@ -1,0 +1,50 @@
+"""Ports for the servers a test starts. A port the kernel handed to a probe socket (bind to 0) comes from the
+ephemeral range, the same range every outgoing connection draws its local port from, so between the probe and the
+server's own bind a client socket can take it. These come from below that range, where the kernel hands out
+nothing by itself, and never twice in one run."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+LOWEST = 20000  # above Mooncake's RPC ports (15000-17000) and the well-known services
+_handed_out: set[int] = set()
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_range(count: int = 1) -> int:
+    """The first of `count` consecutive ports that nothing holds now and no earlier call of this run returned."""
+    top = _ephemeral_start() - count
+    if top <= LOWEST:  # the whole range is ephemeral: take the kernel's pick and accept the race
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+    bases = list(range(LOWEST, top))
+    random.shuffle(bases)  # runs that overlap on one host start apart
+    for base in bases:
+        ports = range(base, base + count)
+        if not _handed_out.intersection(ports) and all(_bindable(port) for port in ports):
+            _handed_out.update(ports)
+            return base
+    raise RuntimeError(f"no {count} free consecutive ports between {LOWEST} and {top + count}")
+
+
+def free_port() -> int:
+    return free_port_range(1)
