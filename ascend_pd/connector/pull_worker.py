@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ascend_pd import kernels
-from ascend_pd.connector import messages
+from ascend_pd.connector import faults, messages
 from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv
 from ascend_pd.connector.routes import Route, check_block_ids, direct_copies, route, transpose_split
 from ascend_pd.connector.transport import Span
@@ -96,7 +96,8 @@ class PullWorker(WorkerSide):
             if self._pending.pop(recv.request_id, None) is None:
                 return  # expire() reported it already
             if error is not None:
-                self._fail(pending, f"reading KV from {recv.peer.describe()} failed: {error}")
+                what = f"reading KV from {recv.peer.describe()}"
+                self._fail(pending, f"{what} failed: {faults.explain(logger, error, what)}")
                 return
             self.stats.record_wait(time.monotonic() - pending.taken_up)
             if recv.prefilled_at is not None and pending.started_at is not None:

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ascend_pd import kernels
-from ascend_pd.connector import messages
+from ascend_pd.connector import faults, messages
 from ascend_pd.connector.config import ENGINE_GRACE_S
 from ascend_pd.connector.cpus import start_transfer_thread
 from ascend_pd.connector.metadata import AscendPDMetadata, PushSend
@@ -264,8 +264,8 @@ class PushSender(WorkerSide):
                 write.result()
             except Exception as error:
                 ok = False
-                logger.error("AscendPD: transfer %s: writing to decode rank %d failed: %s", out.transfer_id, rank,
-                             error)
+                what = f"transfer {out.transfer_id}: writing to decode rank {rank}"
+                logger.error("AscendPD: %s failed: %s", what, faults.explain(logger, error, what))
         if not ok:
             with self.lock:
                 self.stats.record_failure()

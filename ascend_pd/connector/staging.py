@@ -10,6 +10,10 @@ import threading
 from ascend_pd.connector.transport import Transport
 
 
+class StagingTooSmall(Exception):
+    """One block of the staged caches does not fit in the staging buffer (kv_connector_extra_config.staging_mib)."""
+
+
 class StagingBuffer:
     """One per worker; a transfer holds `lock` while it packs, moves and unpacks a chunk of blocks through it, and
     waits for the device before it lets the next chunk overwrite the buffer."""
@@ -26,7 +30,7 @@ class StagingBuffer:
     def blocks_per_chunk(self, bytes_per_block: int) -> int:
         """How many blocks (of all staged planes together) fit at once."""
         if bytes_per_block > self.nbytes:
-            raise ValueError(f"one block of the staged caches needs {bytes_per_block} bytes, more than the "
+            raise StagingTooSmall(f"one block of the staged caches needs {bytes_per_block} bytes, more than the "
                              f"{self.nbytes}-byte staging buffer; raise staging_mib in kv_connector_extra_config")
         return self.nbytes // bytes_per_block
 

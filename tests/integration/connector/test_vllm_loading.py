@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -10,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.ports import free_port
+
 sys.path.insert(0, str(Path(__file__).parents[2] / "unit" / "connector"))
 from vllm_scheduler import tiny_model_dir, vllm_config  # noqa: E402
-from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +74,58 @@ def test_workers_built_by_vllm_pull_a_request_between_two_engines(tmp_path, dist
         assert stats.reduce()["Bytes transferred (MB)"] == round(3 * source[0].numel() * 2 / 1e6, 3)
     finally:
         prefill.shutdown()
+        decode.shutdown()
+
+
+class Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("fault", ["peer", "bug"])
+def test_a_failed_read_is_a_load_error_and_only_a_bug_in_the_connector_logs_a_traceback(tmp_path, distributed,
+                                                                                         monkeypatch, fault):
+    """A transfer fault (here the Transfer Engine giving up on P) is one log line; an error no transfer can cause
+    (a KeyError inside the read) is logged with its traceback. Either way the request's blocks are load errors and
+    the engine goes on."""
+    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, RemotePeer
+    from ascend_pd.connector.transport import TransferFailed
+
+    monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
+    decode = build_worker(tmp_path, "kv_consumer", free_port())
+    records = Records()
+    logging.getLogger("ascend_pd.connector").addHandler(records)
+    try:
+        decode.register_kv_caches({"model.layers.0.self_attn.attn": torch.zeros(12, 2, 16, 64, dtype=torch.bfloat16)})
+
+        def read(pending):
+            if fault == "peer":
+                raise TransferFailed("batch to 127.0.0.1:1 failed: connection refused")
+            return {}["no such plane"]
+
+        monkeypatch.setattr(decode.worker_side, "_read", read)
+        peer = RemotePeer("kv_producer", "127.0.0.1", 1, 1)
+        decode.bind_connector_metadata(AscendPDMetadata(pull_recv=[PullRecv("d-req", "p-req", peer, [0, 1, 5],
+                                                                             [4, 5, 6])]))
+        decode.start_load_kv(None)
+        deadline, failed = time.monotonic() + 30, set()
+        while not failed and time.monotonic() < deadline:
+            failed = decode.get_block_ids_with_load_errors()
+            time.sleep(0.02)
+        assert failed == {0, 1, 5}
+        with_traceback = [r for r in records.records if r.exc_info]
+        if fault == "bug":
+            assert len(with_traceback) == 1 and with_traceback[0].exc_info[0] is KeyError
+            assert "a bug in the connector" in with_traceback[0].getMessage()
+        else:
+            assert with_traceback == []
+            assert any("connection refused" in r.getMessage() for r in records.records)
+    finally:
+        logging.getLogger("ascend_pd.connector").removeHandler(records)
         decode.shutdown()
 
 
