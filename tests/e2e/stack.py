@@ -134,11 +134,11 @@ class Stack:
                 urllib.request.urlopen(url, timeout=2).read()
                 return
             except (urllib.error.URLError, ConnectionError, OSError):
-                self._fail_if_a_process_died()
+                self.fail_if_a_process_died()
                 time.sleep(2)
         raise AssertionError(f"{url} not ready after {START_TIMEOUT_S:.0f} s; logs in {self.logs}")
 
-    def _fail_if_a_process_died(self) -> None:
+    def fail_if_a_process_died(self) -> None:
         for pidfile in (self.render_dir / "run").glob("*.pid"):
             pid = int(pidfile.read_text())
             try:
@@ -146,7 +146,7 @@ class Stack:
             except ProcessLookupError:
                 log = self.logs / f"{pidfile.stem}.log"
                 tail = log.read_text()[-3000:] if log.exists() else "(no log)"
-                raise AssertionError(f"{pidfile.stem} exited during start-up; log {log}:\n{tail}") from None
+                raise AssertionError(f"{pidfile.stem} exited; log {log}:\n{tail}") from None
 
     def stop(self) -> None:
         env = dict(os.environ, LOG_DIR=str(self.logs), STOP_TIMEOUT="20")
