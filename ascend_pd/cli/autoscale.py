@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ascend_pd.cli.common import calibration_option, input_errors_exit_2
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, Timeouts
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2
 from ascend_pd.cli.replan import admin_token_option, thresholds
 from ascend_pd.errors import InputError
 

@@ -34,26 +34,31 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
               help="tokenizer.json for exact prompt token counts (needs the 'tokenizers' package)")
 @click.option("--max-inflight", type=click.IntRange(min=1), default=ProxySettings.max_inflight, show_default=True,
               help="requests in flight above which new ones get 429 with Retry-After")
-@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.connect, show_default=True,
+@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.connect,
+              show_default=True,
               help="seconds to connect to a backend")
 @click.option("--read-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.read, show_default=True,
               help="longest silence from a backend, in seconds (a long prefill is silent)")
 @click.option("--total-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.total, show_default=True,
               help="seconds a whole backend call may take")
-@click.option("--prefill-attempts", type=click.IntRange(min=1), default=ProxySettings.prefill_attempts, show_default=True,
+@click.option("--prefill-attempts", type=click.IntRange(min=1), default=ProxySettings.prefill_attempts,
+              show_default=True,
               help="different P tried before giving up on a prefill")
 @click.option("--pair-attempts", type=click.IntRange(min=1), default=ProxySettings.pair_attempts, show_default=True,
               help="fresh prefills on new backends after a D fails before its first token")
-@click.option("--health-interval", type=click.FloatRange(min=0), default=ProxySettings.health_interval, show_default=True,
+@click.option("--health-interval", type=click.FloatRange(min=0), default=ProxySettings.health_interval,
+              show_default=True,
               help="seconds between active health checks (0: off)")
-@click.option("--engine-load-interval", type=click.FloatRange(min=0), default=ProxySettings.engine_load_interval, show_default=True,
+@click.option("--engine-load-interval", type=click.FloatRange(min=0), default=ProxySettings.engine_load_interval,
+              show_default=True,
               help="seconds between reads of every backend's vLLM /metrics (requests running and waiting), so "
                    "proxy replicas sharing backends route around each other's load (0: off, own load only)")
 @click.option("--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
               help="enables /admin/backends (add, drain, remove) and GET /v1/workload (the live workload, what "
                    "`ascend-pd replan --observed` reads) for 'Authorization: Bearer <token>' "
                    "[env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
-@click.option("--workload-window", type=click.FloatRange(min=1), default=ProxySettings.workload_window, show_default=True,
+@click.option("--workload-window", type=click.FloatRange(min=1), default=ProxySettings.workload_window,
+              show_default=True,
               help="seconds of finished requests GET /v1/workload summarises")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="worker processes sharing the port, each an event loop on its own core, routing with one shared "
