@@ -10,29 +10,9 @@ refuses while any thread has a signal stack too small for the AMX state)."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import platform
 
 logger = logging.getLogger(__name__)
-
-_SYS_ARCH_PRCTL = 158  # on x86-64 only
-_ARCH_GET_XCOMP_PERM = 0x1022
-_XFEATURE_XTILEDATA = 18
-
-
-def amx_permitted() -> bool:
-    """Whether this process may run AMX tile instructions now (False off x86-64 Linux)."""
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
-        return False  # the syscall number is x86-64's
-    try:
-        bits = ctypes.c_uint64(0)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.syscall(_SYS_ARCH_PRCTL, _ARCH_GET_XCOMP_PERM, ctypes.byref(bits)) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    return bool(bits.value >> _XFEATURE_XTILEDATA & 1)
 
 
 def allow_amx_tiles() -> bool | None:

@@ -90,6 +90,17 @@ def metric(text: str, name: str) -> float:
     return total
 
 
+def assert_prompt_kv_came_from_prefill(decode_url: str) -> None:
+    """Every prompt's KV came from P, except the tokens D found in its own prefix cache and the last token that
+    vLLM always recomputes to get logits (so at least 80% of the rest)."""
+    text = http_text(f"{decode_url}/metrics")
+    prompt_tokens = metric(text, "vllm:prompt_tokens_total")
+    external = metric(text, "vllm:external_prefix_cache_hits_total")
+    local = metric(text, "vllm:prefix_cache_hits_total")
+    assert prompt_tokens > 0
+    assert external >= 0.8 * (prompt_tokens - local), (external, local, prompt_tokens)
+
+
 class Stack:
     """One deployment of the local-cpu cluster, running from its rendered launch scripts."""
 

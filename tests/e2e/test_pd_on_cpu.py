@@ -12,7 +12,7 @@ import pytest
 
 from . import timing
 from .conftest import case_logs, local_deployment
-from .stack import Stack, http_json, http_text, metric, stream_completion
+from .stack import Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, stream_completion
 from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
                        run_workload)
 
@@ -68,14 +68,7 @@ def test_outputs_equal_the_colocated_run_token_for_token(pd):
 
 def test_decode_loaded_the_prompt_kv_instead_of_recomputing(pd):
     (decode_url,) = pd.endpoint_urls("decode")
-    text = http_text(f"{decode_url}/metrics")
-    prompt_tokens = metric(text, "vllm:prompt_tokens_total")
-    external = metric(text, "vllm:external_prefix_cache_hits_total")
-    assert prompt_tokens > 0
-    # Every prompt's KV comes from P, except the tokens D found in its own prefix cache and the last token that
-    # vLLM always recomputes to get logits.
-    local = metric(text, "vllm:prefix_cache_hits_total")
-    assert external >= 0.8 * (prompt_tokens - local), (external, local, prompt_tokens)
+    assert_prompt_kv_came_from_prefill(decode_url)
 
 
 def test_a_first_token_of_eos_is_an_empty_stopped_answer_not_a_backend_fault(pd):

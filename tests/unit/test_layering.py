@@ -23,9 +23,7 @@ LAYERS = {
     "cli": 5,
 }
 # Inside a layer, who may import whom (a pair not listed may not).
-SIDEWAYS = {("deploy", "perf"), ("perf", "deploy"), ("hardware", "models"), ("models", "hardware"),
-            ("connector", "kernels"), ("autoscale", "proxy"), ("defaults", "errors"), ("yamlfile", "errors"),
-            ("errors", "defaults")}
+SIDEWAYS = {("deploy", "perf"), ("connector", "kernels"), ("autoscale", "proxy"), ("yamlfile", "errors")}
 AUTOSCALE_READS_OF_PROXY = {"ascend_pd.proxy.endpoints"}  # the endpoint list, never the server
 PROXY_READS_BELOW = {"deploy", "defaults", "errors"}
 HEAVY = {"torch", "torch_npu", "vllm", "vllm_ascend", "mooncake", "aiohttp", "zmq", "httptools", "uvloop"}

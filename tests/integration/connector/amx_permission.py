@@ -3,7 +3,9 @@ worker's AscendPDConnector (one JSON line). Run by test_vllm_loading.py."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import platform
 import sys
 from pathlib import Path
 
@@ -11,7 +13,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "connector
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from vllm_scheduler import vllm_config  # noqa: E402
 
-from ascend_pd.connector.amx import amx_permitted  # noqa: E402
+
+_SYS_ARCH_PRCTL = 158  # on x86-64 only
+_ARCH_GET_XCOMP_PERM = 0x1022
+_XFEATURE_XTILEDATA = 18
+
+
+def amx_permitted() -> bool:
+    """Whether this process may run AMX tile instructions now (False off x86-64 Linux)."""
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False  # the syscall number is x86-64's
+    bits = ctypes.c_uint64(0)
+    if ctypes.CDLL(None, use_errno=True).syscall(_SYS_ARCH_PRCTL, _ARCH_GET_XCOMP_PERM, ctypes.byref(bits)) != 0:
+        return False
+    return bool(bits.value >> _XFEATURE_XTILEDATA & 1)
 
 
 def main(model_dir: str, base_port: int) -> None:
