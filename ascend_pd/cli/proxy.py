@@ -15,6 +15,10 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
 @click.command("proxy")
 @click.option("--deployment", "deployment_file", type=click.Path(dir_okay=False),
               help="deployment.yaml: backends, flow mode and port come from it")
+@click.option("--backend-table", type=click.Path(dir_okay=False), default=None,
+              help="file of the backend table: the proxy serves the table in it when there is one (it holds the "
+                   "changes made since the deployment file was written), watches it, and writes the newer tables "
+                   "it is given through the admin API, so every worker and a restarted one serve the same backends")
 @click.option("--prefill", multiple=True, metavar="URL", help="a prefill endpoint (repeatable), instead of a file")
 @click.option("--decode", multiple=True, metavar="URL", help="a decode endpoint (repeatable)")
 @click.option("--colocated", multiple=True, metavar="URL", help="a colocated endpoint (repeatable)")
@@ -68,7 +72,7 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @input_errors_exit_2
-def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
+def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
               prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workload_window,
               workers, event_loop, log_level):
@@ -90,11 +94,11 @@ def proxy_cmd(deployment_file, prefill, decode, colocated, mode, host, port, pol
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
         max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
         health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,
-        workload_window=workload_window, metaserver_url=chosen.metaserver_url)
+        workload_window=workload_window, metaserver_url=chosen.metaserver_url, backend_table=backend_table)
 
     def make_proxy(siblings: Siblings | None) -> Proxy:
         tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()
-        return Proxy(chosen.endpoints, settings, tokens, siblings.load if siblings else None)
+        return Proxy(chosen.endpoints, settings, tokens, siblings.load if siblings else None, chosen.revision)
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

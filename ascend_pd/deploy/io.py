@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from ascend_pd.deploy.schema import Deployment
@@ -40,6 +41,11 @@ def parse_deployment(text: str | bytes, source: str = "<string>") -> LoadedDeplo
 def dump_deployment(deployment: Deployment) -> str:
     data = deployment.model_dump(mode="json", exclude_none=True)
     return dump_yaml(data, default_flow_style=None, width=120)
+
+
+def revision_of(deployment: Deployment) -> str:
+    """A short digest of what the deployment says: the backend table names the deployment it serves by it."""
+    return hashlib.sha256(dump_deployment(deployment).encode()).hexdigest()[:12]
 
 
 def write_deployment(deployment: Deployment, path: str | Path) -> None:

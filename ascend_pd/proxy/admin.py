@@ -1,31 +1,27 @@
-"""Admin endpoints to add, drain and remove backends at run time; they exist only when a token is configured."""
+"""Admin endpoints: the backend table (read it, put a newer one), changes to it one backend at a time (add, drain,
+remove), and the live workload. They exist only when a token is configured."""
 
 from __future__ import annotations
 
 import hmac
-from dataclasses import replace
 import time
 from typing import Any
 
 import msgspec
 
 from ascend_pd.errors import InputError
+from ascend_pd.proxy.backend_table import KVEntry, TableEntry, decode_table, draining, with_entry, \
+    without
 from ascend_pd.proxy.backends import BackendPool
-from ascend_pd.proxy.endpoints import ROLES, KVAddress, endpoint_from_url
+from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
+from ascend_pd.proxy.table_keeper import TableKeeper
 from ascend_pd.proxy.wire.server import Handler, Request, Response
-from ascend_pd.proxy.workload_window import WindowContents, WorkloadWindow, encode_contents, summarise
+from ascend_pd.proxy.workload_window import WindowContents, WorkloadWindow, encode_contents, encode_parts, summarise
 
 
-class KVChange(msgspec.Struct, forbid_unknown_fields=True):
-    """Where the added instance's KV connector listens (push mode hands it to D): as deployment.yaml gives it."""
-
-    engine_id: str
-    host: str
-    port: int
-    tp_size: int = 1
-    dp_rank: int = 0
-    rank_hosts: tuple[str, ...] = ()  # each TP rank's host, when the ranks span nodes
+# Every worker's window as a list: what an autoscaler merges across the replicas of a deployment
+WORKLOAD_PARTS = "/v1/workload/parts"
 
 
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
@@ -33,17 +29,19 @@ class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
     role: str | None = None
     instance: str | None = None  # the name metrics and logs give it (default: host:port)
     dp_rank: int = 0
-    kv: KVChange | None = None
+    kv: KVEntry | None = None
 
 
-def workload_document(pool: BackendPool, window: WorkloadWindow, contents: WindowContents) -> dict:
-    """GET /v1/workload's answer over `contents` (this worker's window, or every worker's)."""
-    return summarise(contents, window.seconds, window.started_at, time.time(), [b.describe() for b in pool.all()])
+def workload_document(pool: BackendPool, window: WorkloadWindow, parts: list[WindowContents]) -> dict:
+    """GET /v1/workload's answer over `parts` (this worker's window, or every worker's)."""
+    return summarise(parts, window.seconds, time.time(), [b.describe() for b in pool.all()])
 
 
-def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = None) -> dict[tuple[str, str], Handler]:
+def admin_routes(keeper: TableKeeper, token: str, window: WorkloadWindow | None = None
+                 ) -> dict[tuple[str, str], Handler]:
     """(method, path) -> handler of every admin endpoint."""
     window = window or WorkloadWindow()
+    pool = keeper.pool
     expected = f"Bearer {token}".encode()
 
     def authorized(request: Request) -> None:
@@ -65,23 +63,40 @@ def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = 
             endpoint = endpoint_from_url(change.url, change.role, "url")
         except InputError as exc:
             raise ClientError(400, exc.render(), "invalid_request_error") from None
-        if change.instance or change.kv:
-            kv = KVAddress(**msgspec.structs.asdict(change.kv)) if change.kv else None
-            endpoint = replace(endpoint, instance=change.instance or endpoint.instance, dp_rank=change.dp_rank, kv=kv)
-        return _json(pool.add(endpoint).describe())
+        entry = TableEntry(endpoint.url, endpoint.role, change.instance or endpoint.instance, change.dp_rank,
+                           change.kv)
+        keeper.offer(with_entry(keeper.table, entry))
+        return _json(pool.get(endpoint.url).describe())
 
     async def drain(request: Request) -> Response:
-        backend = pool.get(_normalized(await read_change(request)))
-        if backend is None:
+        url = _normalized(await read_change(request))
+        if keeper.table.entry(url) is None:
             raise ClientError(404, "no such backend", "not_found")
-        backend.draining = True
-        return _json(backend.describe())
+        keeper.offer(draining(keeper.table, url))
+        return _json(pool.get(url).describe())
 
     async def remove(request: Request) -> Response:
-        backend = pool.remove(_normalized(await read_change(request)))
-        if backend is None:
+        url = _normalized(await read_change(request))
+        backend = pool.get(url)
+        if keeper.table.entry(url) is None or backend is None:
             raise ClientError(404, "no such backend", "not_found")
+        keeper.offer(without(keeper.table, url))
         return _json(backend.describe())
+
+    async def table(request: Request) -> Response:
+        """The table this worker serves, and the generation each worker of the proxy serves (the lowest is what
+        the whole proxy is sure to serve)."""
+        authorized(request)
+        return _json({**msgspec.to_builtins(keeper.table), "worker_generations": [keeper.table.generation]})
+
+    async def put_table(request: Request) -> Response:
+        authorized(request)
+        try:
+            offered = decode_table(request.body, "PUT /admin/table")
+        except InputError as exc:
+            raise ClientError(400, exc.render(), "invalid_request_error") from None
+        applied = keeper.offer(offered)
+        return _json({"generation": keeper.table.generation, "applied": applied})
 
     async def listing(request: Request) -> Response:
         authorized(request)
@@ -89,15 +104,21 @@ def admin_routes(pool: BackendPool, token: str, window: WorkloadWindow | None = 
 
     async def workload(request: Request) -> Response:
         authorized(request)
-        return _json(workload_document(pool, window, window.snapshot()))
+        return _json(workload_document(pool, window, [window.snapshot()]))
 
     async def workload_samples(request: Request) -> Response:
         authorized(request)
         return Response(encode_contents(window.snapshot()))
 
+    async def workload_parts(request: Request) -> Response:
+        authorized(request)
+        return Response(encode_parts([window.snapshot()]))
+
     return {("GET", "/v1/workload"): workload, ("GET", "/v1/workload/samples"): workload_samples,
+            ("GET", WORKLOAD_PARTS): workload_parts,
             ("GET", "/admin/backends"): listing, ("POST", "/admin/backends"): add,
-            ("POST", "/admin/backends/drain"): drain, ("POST", "/admin/backends/remove"): remove}
+            ("POST", "/admin/backends/drain"): drain, ("POST", "/admin/backends/remove"): remove,
+            ("GET", "/admin/table"): table, ("PUT", "/admin/table"): put_table}
 
 
 def _normalized(change: BackendChange) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from pathlib import Path
 from typing import Iterable
 
 from functools import partial
@@ -13,6 +14,7 @@ import aiohttp
 import msgspec
 
 from ascend_pd.proxy.admin import admin_routes, workload_document
+from ascend_pd.proxy.backend_table import BackendTable, table_of
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.endpoints import Endpoint
@@ -29,6 +31,7 @@ from ascend_pd.proxy.relay import relay
 from ascend_pd.proxy.settings import ProxySettings
 from ascend_pd.proxy.sibling_routes import share_with_siblings
 from ascend_pd.proxy.siblings import SharedLoad, Siblings
+from ascend_pd.proxy.table_keeper import TableKeeper
 from ascend_pd.proxy.tokens import EstimatedTokens, TokenCounter
 from ascend_pd.proxy.upstream import make_client
 from ascend_pd.proxy.wire.server import Handler, HttpServer, Request, Response, Stream
@@ -41,13 +44,14 @@ class Proxy:
     """The state one proxy process shares between requests."""
 
     def __init__(self, endpoints: Iterable[Endpoint], settings: ProxySettings, tokens: TokenCounter | None = None,
-                 shared_load: SharedLoad | None = None):
+                 shared_load: SharedLoad | None = None, revision: str = "manual"):
+        """`endpoints`: the backends from the proxy's flags; the backend table file, when it has one, wins."""
         self.settings = settings
         self.tokens = tokens or EstimatedTokens()
         self.pool = BackendPool(lambda: CircuitBreaker(settings.breaker_failures, settings.breaker_open_seconds),
                                 shared_load)
-        for endpoint in endpoints:
-            self.pool.add(endpoint)
+        self.keeper = TableKeeper(self.pool, table_of(list(endpoints), 0, revision),
+                                  Path(settings.backend_table) if settings.backend_table else None)
         self.inflight = 0
         self.metrics = ProxyMetrics(self.pool, inflight=lambda: self.inflight)
         self.window = WorkloadWindow(settings.workload_window)
@@ -86,11 +90,11 @@ class ProxyServer:
             ("POST", "/v1/metaserver"): partial(_metaserver, proxy),
         }
         if proxy.settings.admin_token:
-            self.routes.update(admin_routes(proxy.pool, proxy.settings.admin_token, proxy.window))
+            self.routes.update(admin_routes(proxy.keeper, proxy.settings.admin_token, proxy.window))
         if siblings is not None:
             self.routes = share_with_siblings(self.routes, siblings, lambda: proxy.control,
                                               proxy.settings.timeouts.health,
-                                              partial(workload_document, proxy.pool, proxy.window))
+                                              partial(workload_document, proxy.pool, proxy.window), proxy.keeper)
         self._paths = {path for _, path in self.routes}
         self.http = HttpServer(self._dispatch, MAX_BODY_BYTES)
         self.private = HttpServer(self._dispatch, MAX_BODY_BYTES) if siblings is not None else None
@@ -111,10 +115,27 @@ class ProxyServer:
             # with workers, the first polls for all (the readings are shared): the engines see one proxy's scrapes
             self._tasks.append(asyncio.create_task(poll_engine_load_forever(
                 proxy.control, proxy.pool, settings.engine_load_interval, settings.timeouts.health)))
+        if proxy.keeper.path is not None:
+            self._tasks.append(asyncio.create_task(proxy.keeper.watch(settings.table_interval)))
         if self.private is not None:
             await self.private.start_on(self.siblings.private_sockets[self.siblings.worker])
+            await self._catch_up()
         bound_host, bound_port = await self.http.start(host, port, reuse_port)
         return f"http://{bound_host}:{bound_port}"
+
+    async def _catch_up(self) -> None:
+        """A worker started again takes the newest table its siblings serve: changes made since the proxy started
+        may not be in any file (no --backend-table)."""
+        token = self.proxy.settings.admin_token
+        if not token:
+            return
+        answers = await self.siblings.tell_all(self.proxy.control, "GET", "/admin/table", b"",
+                                               {"Authorization": f"Bearer {token}"}, self.proxy.settings.timeouts.health)
+        for status, body in answers:
+            if status == 200:
+                answer = msgspec.json.decode(body)
+                answer.pop("worker_generations", None)
+                self.proxy.keeper.offer(msgspec.convert(answer, BackendTable), persist=False)
 
     async def cleanup(self) -> None:
         await self.http.close()

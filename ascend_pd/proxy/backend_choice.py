@@ -3,7 +3,7 @@ routing policy, and in layerwise mode the URL decode instances call back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ascend_pd.defaults import PROXY_POLICY, PROXY_PORT
@@ -24,6 +24,7 @@ class BackendChoice:
     port: int
     policy: str
     advertise_url: str | None = None  # layerwise only: how D instances reach this proxy
+    revision: str = "manual"  # of the deployment file the backends come from
 
     @property
     def metaserver_url(self) -> str | None:
@@ -55,8 +56,7 @@ def choose_backends(deployment_file: str | None = None, prefill: Sequence[str] =
         raise InputError("no backends given", field="--deployment",
                          fix="pass --deployment deployment.yaml, or --prefill URL --decode URL")
     if choice.mode == "layerwise" and choice.advertise_url is None:
-        choice = BackendChoice(choice.endpoints, choice.mode, choice.port, choice.policy,
-                               _listening_url(host, choice.port))
+        choice = replace(choice, advertise_url=_listening_url(host, choice.port))
     return choice
 
 
@@ -65,7 +65,7 @@ def _from_deployment(path: str, mode: str | None, port: int | None, policy: str 
     if mode:
         raise InputError("the flow comes from the deployment's connector settings", field="--mode",
                          fix="drop --mode, or change connector.mode in the deployment")
-    from ascend_pd.deploy import load_deployment
+    from ascend_pd.deploy import load_deployment, revision_of
 
     loaded = load_deployment(path)
     endpoints = tuple(endpoints_from_deployment(loaded))
@@ -80,7 +80,7 @@ def _from_deployment(path: str, mode: str | None, port: int | None, policy: str 
                              fix="name a node of the cluster, or pass --advertise-url")
         advertise_url = f"http://{cluster.node(node).host_ip}:{port}"
     return BackendChoice(endpoints, flow, port, policy or loaded.deployment.proxy.policy or DEFAULT_POLICY,
-                         advertise_url)
+                         advertise_url, revision_of(loaded.deployment))
 
 
 def _from_urls(urls: list[tuple[str, str, str]], mode: str | None, port: int | None, policy: str | None,

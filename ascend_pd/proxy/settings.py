@@ -43,6 +43,8 @@ class ProxySettings:
     admin_token: str | None = None
     workload_window: float = 60.0  # seconds of finished requests GET /v1/workload summarises
     metaserver_url: str | None = None  # layerwise: where D posts its block coordinates
+    backend_table: str | None = None  # file of the backend table: read at start, watched, written on a change
+    table_interval: float = 1.0  # seconds between looks at that file
 
 
 def mode_for(deployment: Deployment) -> Mode:

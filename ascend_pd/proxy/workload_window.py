@@ -1,7 +1,9 @@
 """The live workload as clients see it, over a sliding window: arrivals, prompt and output lengths, TTFT and TPOT.
 
 Each worker process keeps its own requests; `GET /v1/workload` gathers every worker's and summarises them together
-(percentiles do not add up, samples do). TTFT and TPOT come from streamed requests only: a non-streamed answer
+(percentiles do not add up, samples do). Each worker's arrivals count over the time that worker has watched: a
+worker restarted ten seconds ago has ten seconds of arrivals, and the rate is the sum of the workers' rates, so a
+restart reads neither high nor low. The summary says `partial` while any worker has watched less than the window. TTFT and TPOT come from streamed requests only: a non-streamed answer
 arrives whole, so the proxy cannot tell its first token from its last; such requests still count for the rate and
 the lengths.
 """
@@ -118,7 +120,7 @@ class WorkloadWindow:
 
     def snapshot(self) -> WindowContents:
         self._prune(self._clock())
-        return WindowContents(list(self._arrivals), list(self._samples))
+        return WindowContents(list(self._arrivals), list(self._samples), self.started_at)
 
     def _prune(self, now: float) -> None:
         horizon = now - self.seconds
@@ -129,13 +131,24 @@ class WorkloadWindow:
 
 
 class WindowContents(msgspec.Struct, array_like=True):
-    """What one worker's window holds: what GET /v1/workload/samples answers, and what the workers' merge adds up."""
+    """What one worker's window holds, and since when it has watched: what GET /v1/workload/samples answers. The
+    workers of a proxy, and the replicas of a deployment, are summarised as a list of these."""
 
     arrivals: list[float]
     finished: list[RequestSample]
+    started_at: float  # wall clock: when this worker began to watch
 
-    def merged(self, other: "WindowContents") -> "WindowContents":
-        return WindowContents(self.arrivals + other.arrivals, self.finished + other.finished)
+
+def _rate(parts: list[WindowContents], window: float, now: float) -> tuple[float, float, bool]:
+    """Arrivals per second summed over the parts, each over the time it watched; the longest such time; whether
+    any part watched less than the window."""
+    rate, longest, partial = 0.0, 0.0, False
+    for part in parts:
+        watched = max(1e-9, min(window, now - part.started_at))
+        rate += sum(1 for t in part.arrivals if t >= now - window) / watched
+        longest = max(longest, watched)
+        partial = partial or watched < window
+    return rate, longest, partial
 
 
 def _distribution(values: np.ndarray) -> dict[str, float] | None:
@@ -146,12 +159,12 @@ def _distribution(values: np.ndarray) -> dict[str, float] | None:
     return summary
 
 
-def summarise(contents: WindowContents, window: float, started_at: float, now: float, backends: list[dict]) -> dict:
-    """The window as one JSON-ready document: what `ascend-pd replan --observed` reads. Lengths and latencies are of
-    the requests that ended in it; the rate and `requests` count the arrivals."""
-    arrivals = [t for t in contents.arrivals if t >= now - window]
-    samples = [s for s in contents.finished if s.at >= now - window]
-    observed = max(1e-9, min(window, now - started_at))
+def summarise(parts: list[WindowContents], window: float, now: float, backends: list[dict]) -> dict:
+    """The windows of every worker (or replica) as one JSON-ready document: what `ascend-pd replan --observed` reads.
+    Lengths and latencies are of the requests that ended in it; the rate and `requests` count the arrivals."""
+    arrivals = [t for part in parts for t in part.arrivals if t >= now - window]
+    samples = [s for part in parts for s in part.finished if s.at >= now - window]
+    rate, observed, partial = _rate(parts, window, now)
     ok = [s for s in samples if s.ok]
     outputs = np.array([s.output_tokens for s in ok if s.output_tokens >= 0], dtype=float)
     ttft = np.array([s.ttft for s in ok if s.ttft >= 0], dtype=float)
@@ -159,10 +172,11 @@ def summarise(contents: WindowContents, window: float, started_at: float, now: f
     return {
         "window_seconds": window,
         "observed_seconds": observed,
+        "partial": partial,
         "requests": len(arrivals),
         "finished": len(samples),
         "failed": len(samples) - len(ok),
-        "rate_rps": len(arrivals) / observed,
+        "rate_rps": rate,
         "prompt_tokens": _distribution(np.array([s.prompt_tokens for s in samples], dtype=float)),
         "output_tokens": _distribution(outputs),
         "ttft_seconds": _distribution(ttft),
@@ -178,3 +192,11 @@ def encode_contents(contents: WindowContents) -> bytes:
 
 def decode_contents(body: bytes) -> WindowContents:
     return msgspec.json.decode(body, type=WindowContents)
+
+
+def encode_parts(parts: list[WindowContents]) -> bytes:
+    return msgspec.json.encode(parts)
+
+
+def decode_parts(body: bytes) -> list[WindowContents]:
+    return msgspec.json.decode(body, type=list[WindowContents])

@@ -56,9 +56,11 @@ def stop_script(plan: LaunchPlan, node_name: str) -> str:
     return script(description, body)
 
 
-def proxy_argv(plan: LaunchPlan, deployment_path: str, host: str, advertise_url: str | None) -> list[str]:
+def proxy_argv(plan: LaunchPlan, deployment_path: str, host: str, advertise_url: str | None,
+               table_path: str) -> list[str]:
     proxy = plan.deployment.proxy
-    argv = ["ascend-pd", "proxy", "--deployment", deployment_path, "--host", host, "--port", str(proxy.port)]
+    argv = ["ascend-pd", "proxy", "--deployment", deployment_path, "--backend-table", table_path, "--host", host,
+            "--port", str(proxy.port)]
     if proxy.workers is not None:
         argv += ["--workers", str(proxy.workers)]
     if advertise_url is not None:
@@ -72,10 +74,11 @@ def proxy_script(plan: LaunchPlan, replica: ProxyReplica) -> str:
                    "it reads its backends from deployment.yaml."]
     if len(plan.proxies) > 1:
         description.append(f"It is one of {len(plan.proxies)} replicas in front of the same backends (README.md).")
-    argv = proxy_argv(plan, "DEPLOYMENT", replica.network.host_ip, replica.advertise_url)
+    argv = proxy_argv(plan, "DEPLOYMENT", replica.network.host_ip, replica.advertise_url, "TABLE")
     words = " ".join(quote(w) for w in ["start", replica.name, *argv])
-    body = [f"# The proxy listens on {replica.network.host_ip}:{proxy.port}.",
-            words.replace("DEPLOYMENT", '"$HERE/deployment.yaml"')]
+    body = [f"# The proxy listens on {replica.network.host_ip}:{proxy.port}. The backend table holds the changes made",
+            "# since the deployment file was written (ascend-pd autoscale, the admin API); a restart keeps them.",
+            words.replace("DEPLOYMENT", '"$HERE/deployment.yaml"').replace("TABLE", '"$HERE/backends.json"')]
     return script(description, body)
 
 

@@ -13,6 +13,9 @@ from ascend_pd.render.processes import LaunchPlan
 from ascend_pd.render.shell import node_section, quote, script
 
 CONFIG_DIR = "/etc/ascend-pd"
+# The backend table's ConfigMap, mounted whole (the kubelet refreshes a directory mount, never a subPath one)
+TABLE_DIR = "/etc/ascend-pd-backends"
+TABLE_KEY = "backends.json"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 
 # Host paths an Ascend container needs besides the devices the device plugin hands out: the driver's management
@@ -141,6 +144,18 @@ def config_map(plan: LaunchPlan, deployment_yaml: str) -> dict[str, Any]:
             "metadata": {"name": _object_name(plan, "config"), "labels": _labels(plan, "config")}, "data": data}
 
 
+def backend_table_name(plan: LaunchPlan) -> str:
+    return _object_name(plan, "backends")
+
+
+def backend_table_map(plan: LaunchPlan, table_json: str | None = None) -> dict[str, Any]:
+    """The ConfigMap every proxy replica reads its backend table from. Rendered empty (the replicas start from the
+    deployment file); `ascend-pd autoscale` writes the table into it with each change."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": backend_table_name(plan), "labels": _labels(plan, "backends")},
+            "data": {TABLE_KEY: table_json} if table_json is not None else {}}
+
+
 def _proxy_container(plan: LaunchPlan, container: dict[str, Any]) -> None:
     """The proxy's ports, probe and CPU request on the container _pod_spec built."""
     proxy = plan.deployment.proxy
@@ -163,8 +178,11 @@ def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
     nodes = proxy.nodes
     placement = _pinned(nodes[0]) if len(nodes) == 1 else _spread_over(nodes, labels)
     # One pod template for every replica: each listens on, and advertises, the address of the node it runs on.
-    command = proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml", "$(HOST_IP)", f"http://$(HOST_IP):{proxy.port}")
+    command = proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml", "$(HOST_IP)", f"http://$(HOST_IP):{proxy.port}",
+                         f"{TABLE_DIR}/{TABLE_KEY}")
     spec = _pod_spec(plan, command, {}, placement, False, image)
+    spec["volumes"].append({"name": "backends", "configMap": {"name": backend_table_name(plan)}})
+    spec["containers"][0]["volumeMounts"].append({"name": "backends", "mountPath": TABLE_DIR, "readOnly": True})
     _proxy_container(plan, spec["containers"][0])
     # Each replica holds its node's port and no spare node is allowed, so a surge pod could never be scheduled:
     # a rollout replaces one replica at a time instead.
@@ -184,4 +202,5 @@ def k8s_objects(plan: LaunchPlan, deployment_yaml: str, image: str) -> dict[str,
     for instance in plan.deployment.instances:
         files[f"{instance.name}.yaml"] = instance_objects(plan, instance.name, image)
     files["proxy.yaml"] = proxy_objects(plan, image)
+    files["backends.yaml"] = [backend_table_map(plan)]
     return files

@@ -33,5 +33,6 @@ start() {
   echo "started $name (pid $pid), log $LOG_DIR/$name.log"
 }
 
-# The proxy listens on 192.168.1.11:8080.
-start proxy ascend-pd proxy --deployment "$HERE/deployment.yaml" --host 192.168.1.11 --port 8080
+# The proxy listens on 192.168.1.11:8080. The backend table holds the changes made
+# since the deployment file was written (ascend-pd autoscale, the admin API); a restart keeps them.
+start proxy ascend-pd proxy --deployment "$HERE/deployment.yaml" --backend-table "$HERE/backends.json" --host 192.168.1.11 --port 8080

@@ -3,6 +3,7 @@ over both, routing sees both workers' load, an admin change reaches both, vllm-a
 request waits for its block coordinates, /metrics counts for both, and a worker that dies is replaced."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -168,3 +169,90 @@ async def test_the_workload_window_counts_every_workers_requests():
                 assert answer.status == 200
                 seen = await answer.json()
     assert seen["requests"] == 30 and seen["output_tokens"]["mean"] == 5 and seen["streamed"] == 30
+
+
+async def admin(proxy: Workers, method: str, path: str, body=None) -> dict:
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, proxy.url + path, json=body, headers=ADMIN) as answer:
+            assert answer.status == 200, await answer.text()
+            return await answer.json()
+
+
+async def routed_after(proxy: Workers, drained: FakeEngine, kept: FakeEngine, label: str) -> tuple[int, int]:
+    """Requests the drained and the kept decode engine received for 30 requests spread over both workers."""
+    before = len(drained.received), len(kept.received)
+    await asyncio.gather(*(proxy.complete(f"{label} {i}") for i in range(30)))
+    return len(drained.received) - before[0], len(kept.received) - before[1]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("table_file", [True, False], ids=["with-table-file", "siblings-only"])
+async def test_a_drain_outlives_the_restart_of_a_worker(tmp_path, table_file):
+    """Before the backend table, a worker started again rebuilt its backends from the start-up flags and sent
+    requests to the drained backend again. It now takes the table from the file, or from its sibling."""
+    started = await engines(decodes=2)
+    drained, kept = [engine for engine in started if engine.role == "decode"]
+    extra = ["--backend-table", str(tmp_path / "backends.json")] if table_file else []
+    async with Workers(started, *extra) as proxy:
+        await admin(proxy, "POST", "/admin/backends/drain", {"url": drained.url})
+        for victim in children(proxy.process.pid):  # one after the other: every worker is a restarted one
+            os.kill(victim, signal.SIGKILL)
+            assert await eventually(lambda: len(now := children(proxy.process.pid)) == 2 and victim not in now), \
+                "the killed worker was not replaced"
+            await wait_until_listening(proxy)
+            assert await routed_after(proxy, drained, kept, f"after killing {victim}") == (0, 30)
+        table = await admin(proxy, "GET", "/admin/table")
+        assert table["worker_generations"] == [1, 1], table
+        assert [e.get("draining", False) for e in table["backends"] if e["url"] == drained.url] == [True]
+
+
+async def wait_until_listening(proxy: Workers) -> None:
+    async with aiohttp.ClientSession() as session:
+        await wait_healthy(session, proxy.url)
+    # the replaced worker answers its siblings once its private port is up: the table says it serves
+    assert await eventually_async(lambda: _all_answer(proxy)), "a worker does not answer its siblings"
+
+
+async def _all_answer(proxy: Workers) -> bool:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(proxy.url + "/admin/table", headers=ADMIN) as answer:
+            return answer.status == 200 and -1 not in (await answer.json())["worker_generations"]
+
+
+async def eventually_async(check, seconds: float = 10.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+@pytest.mark.asyncio
+async def test_a_pushed_table_reaches_every_worker_and_an_older_one_changes_nothing(tmp_path):
+    started = await engines(decodes=2)
+    first, second = [engine for engine in started if engine.role == "decode"]
+    prefill = next(engine for engine in started if engine.role == "prefill")
+    table_file = tmp_path / "backends.json"
+    async with Workers(started, "--backend-table", str(table_file)) as proxy:
+        only_second = {"generation": 5, "revision": "test", "backends": [
+            {"url": prefill.url, "role": "prefill"}, {"url": second.url, "role": "decode"}]}
+        assert (await admin(proxy, "PUT", "/admin/table", only_second))["applied"] is True
+        assert await routed_after(proxy, first, second, "generation 5") == (0, 30)
+        stale = {**only_second, "generation": 4, "backends": [{"url": prefill.url, "role": "prefill"},
+                                                              {"url": first.url, "role": "decode"}]}
+        assert (await admin(proxy, "PUT", "/admin/table", stale)) == {"generation": 5, "applied": False}
+        assert await routed_after(proxy, first, second, "stale generation 4") == (0, 30)
+        assert (await admin(proxy, "GET", "/admin/table"))["worker_generations"] == [5, 5]
+        assert json.loads(table_file.read_text())["generation"] == 5  # what a restarted worker will read
+        # a newer table written to the file (as the kubelet refreshes a ConfigMap) is taken up by every worker
+        table_file.write_text(json.dumps({**only_second, "generation": 6, "backends": [
+            {"url": prefill.url, "role": "prefill"}, {"url": first.url, "role": "decode"}]}))
+        assert await eventually_async(lambda: _generations_are(proxy, [6, 6])), "the file's table was not taken up"
+        assert await routed_after(proxy, first, second, "generation 6") == (30, 0)
+
+
+async def _generations_are(proxy: Workers, expected: list[int]) -> bool:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(proxy.url + "/admin/table", headers=ADMIN) as answer:
+            return (await answer.json())["worker_generations"] == expected

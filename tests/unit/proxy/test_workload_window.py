@@ -49,9 +49,30 @@ def test_the_rate_counts_arrivals_not_ends_and_old_ones_leave():
     now[0] = 1010.3
     window.add(RequestSample(now[0] - 1, 100, 20, 0.5, 0.02, True))
     contents = window.snapshot()
-    summary = summarise(contents, 10.0, window.started_at, now[0], [])
+    summary = summarise([contents], 10.0, now[0], [])
     assert summary["rate_rps"] == 3.0 and summary["finished"] == 1 and summary["requests"] == 30
     now[0] += 20
     emptied = window.snapshot()
     assert emptied.arrivals == [] and emptied.finished == []
 
+
+
+def test_a_worker_started_again_adds_its_own_rate_and_the_window_says_it_is_partial():
+    """Two workers at 2 req/s each; the second was started again 5 s before the summary (its earlier arrivals are
+    gone with it). Today's 4 req/s, not the 8 its 5 s span over both workers' arrivals gave, nor the 3 of a span
+    of the whole window."""
+    now = [1000.0]
+    steady, restarted = WorkloadWindow(60.0, clock=lambda: now[0]), None
+    for i in range(240):  # 0.5 s apart: 2 req/s for 120 s
+        now[0] = 1000.0 + i / 2
+        steady.arrive()
+        if now[0] == 1115.0:
+            restarted = WorkloadWindow(60.0, clock=lambda: now[0])
+        if restarted is not None:
+            restarted.arrive()
+    now[0] = 1120.0
+    summary = summarise([steady.snapshot(), restarted.snapshot()], 60.0, now[0], [])
+    assert abs(summary["rate_rps"] - 4.0) < 0.1, summary["rate_rps"]
+    assert summary["partial"] is True
+    alone = summarise([steady.snapshot()], 60.0, now[0], [])
+    assert abs(alone["rate_rps"] - 2.0) < 0.05 and alone["partial"] is False
