@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from ascend_pd.autoscale.bounds import Bounds
+from ascend_pd.autoscale.predictor import DEFAULT_PREDICTOR
 
 from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, SHRINK_MARGIN
 
@@ -22,6 +25,11 @@ class AutoscaleSettings:
     shrink_margin: float = SHRINK_MARGIN
     calibration: str | None = None
     dry_run: bool = False  # decide and log, never apply
+    predictor: str = DEFAULT_PREDICTOR  # what sizes the next interval's rate from the windows so far
+    bounds: Bounds = field(default_factory=Bounds)
+    # seconds after a change during which going straight back to what it left waits, unless the SLO is missed now:
+    # load that swings on a period near the cooldown would otherwise flip the deployment back and forth
+    reversal_hold: float = 1800.0
 
 
 @dataclass(frozen=True)

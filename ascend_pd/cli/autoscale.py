@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ascend_pd.autoscale.bounds import Bounds, check_bounds, parse_role_counts
+from ascend_pd.autoscale.predictor import PREDICTORS
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, Timeouts
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2
 from ascend_pd.cli.replan import admin_token_option, thresholds
@@ -17,7 +19,9 @@ from ascend_pd.errors import InputError
 @click.option("--deployment", "deployment_file", required=True, type=click.Path(dir_okay=False, exists=True),
               help="the running deployment.yaml, in the bundle `ascend-pd render` wrote (its launchers start and "
                    "stop instances); it is rewritten after every change")
-@click.option("--proxy", "proxy_url", required=True, help="the proxy's base URL (admin token required)")
+@click.option("--proxy", "proxy_urls", multiple=True,
+              help="base URL of a proxy replica (repeatable; admin token required) [default: every replica the "
+                   "deployment names, proxy.node and proxy.extra_nodes, at proxy.port]")
 @admin_token_option
 @click.option("--interval", type=click.FloatRange(min=0.1), default=AutoscaleSettings.interval, show_default=True,
               help="seconds between observations (the proxy's --workload-window should be at least this)")
@@ -47,23 +51,40 @@ from ascend_pd.errors import InputError
               help="serve the decisions as Prometheus metrics on this port (0: off)")
 @click.option("--intervals", type=click.IntRange(min=1), default=None, help="stop after this many intervals")
 @click.option("--dry-run", is_flag=True, help="decide and log, never apply")
+@click.option("--predictor", type=click.Choice(PREDICTORS), default=AutoscaleSettings.predictor, show_default=True,
+              help="how the rate to size for comes from the windows so far (last-window: the last one times 1 + "
+                   "--headroom)")
+@click.option("--min-instances", multiple=True, metavar="ROLE=N",
+              help="fewest instances of a role (repeatable; default 1 for each role the deployment has); an idle "
+                   "deployment shrinks to these")
+@click.option("--max-instances", multiple=True, metavar="ROLE=N", help="most instances of a role (repeatable)")
+@click.option("--max-devices", type=click.IntRange(min=1), default=None,
+              help="most devices the deployment may take [default: the whole cluster]")
+@click.option("--reversal-hold", type=click.FloatRange(min=0), default=AutoscaleSettings.reversal_hold,
+              show_default=True,
+              help="seconds after a change during which going back to what it left waits, unless the SLO is missed")
 @calibration_option
 @thresholds
 @input_errors_exit_2
-def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cooldown, target, node_command,
+def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, cooldown, target, node_command,
                   copy_command, kubectl, start_timeout, drain_timeout, log_file, metrics_port, intervals, dry_run,
-                  calibration, headroom, min_gain, min_saving, shrink_margin):
+                  predictor, min_instances, max_instances, max_devices, reversal_hold, calibration, headroom,
+                  min_gain, min_saving, shrink_margin):
     """Keep a running deployment sized for its live traffic.
 
-    Every interval: read the proxy's GET /v1/workload, re-plan as `ascend-pd replan` does, and once the same change
-    has been proposed --agree intervals in a row (and --cooldown has passed) apply it: new instances start from the
-    bundle's launchers and join the proxy when healthy; leaving ones are drained, wait for their last request, leave
-    the proxy and stop. A failed step stops the change and leaves the proxy serving. SIGINT or SIGTERM ends a change
-    in progress the same way, writes the deployment file as what runs, and exits (a second signal: at once).
+    Every interval: make every proxy replica serve the backend table the deployment file gives (backends.json in
+    the bundle; on k8s also the backends ConfigMap), read the replicas' workload windows, predict the rate, re-plan
+    as `ascend-pd replan` does, and once the same change has been proposed --agree intervals in a row (and
+    --cooldown has passed) apply it: new instances start from the bundle's launchers and join every replica when
+    healthy; leaving ones are drained, wait for their last request (and a prefill instance for the KV it still
+    holds), leave and stop. A failed step puts back what it took and leaves file, proxies and processes agreeing.
+    SIGINT or SIGTERM ends a change in progress the same way and exits (a second signal: at once).
     """
     from ascend_pd.autoscale.loop import AutoscaleMetrics, Autoscaler, stopping_on_signals
     from ascend_pd.autoscale.proxy_admin import Interrupted
     from ascend_pd.autoscale.rollout import Launcher, RolloutLog
+    from ascend_pd.autoscale.stores import replica_urls, table_store
+    from ascend_pd.deploy import load_deployment
 
     _check_template("--node-command", node_command, ("host", "node"))
     _check_template("--copy-command", copy_command, ("bundle", "host", "node"))
@@ -81,14 +102,21 @@ def autoscale_cmd(deployment_file, proxy_url, admin_token, interval, agree, cool
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, registry=metrics.registry)
+    bounds = Bounds(parse_role_counts(min_instances, "--min-instances"),
+                    parse_role_counts(max_instances, "--max-instances"), max_devices)
+    check_bounds(bounds)
     settings = AutoscaleSettings(interval=interval, agree=agree, cooldown=cooldown, headroom=headroom,
                                  min_gain=min_gain, min_saving=min_saving, shrink_margin=shrink_margin,
-                                 calibration=calibration, dry_run=dry_run)
+                                 calibration=calibration, dry_run=dry_run, predictor=predictor, bounds=bounds,
+                                 reversal_hold=reversal_hold)
     launcher = Launcher(bundle, target, node_command, kubectl, copy_command=copy_command)
+    loaded = load_deployment(deployment)
+    proxies = list(proxy_urls) or replica_urls(loaded)
+    store = table_store(loaded, bundle, target, kubectl)
     with open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
         log = RolloutLog(_Tee(stream))
-        scaler = Autoscaler(deployment, proxy_url, admin_token, launcher, settings, log, metrics,
-                            Timeouts(start=start_timeout, drain=drain_timeout))
+        scaler = Autoscaler(deployment, proxies, admin_token, launcher, settings, log, metrics,
+                            Timeouts(start=start_timeout, drain=drain_timeout), store=store)
         try:
             with stopping_on_signals():
                 scaler.run(intervals)

@@ -15,6 +15,7 @@ from ascend_pd.connector.config import parse_config, pause_for_platform
 from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.connector.scheduler import make_scheduler_side
 from ascend_pd.connector.stats import AscendPDStats
+from ascend_pd.connector.tally import empty_tally
 from ascend_pd.connector.worker import worker_side_class
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 logger = logging.getLogger(__name__)
@@ -122,6 +124,9 @@ class AscendPDConnector(KVConnectorBase_V1):
         return self.worker_side.take_failed_blocks()
 
     def get_kv_connector_stats(self) -> AscendPDStats | None:
+        if self.scheduler_side is not None:  # vLLM's scheduler asks after update_connector_output, every step
+            held = self.scheduler_side.take_held_change()
+            return None if held is None else AscendPDStats(data={**empty_tally(self.config.mode), "held": held})
         tally = self.worker_side.take_stats() if self.worker_side else None
         return AscendPDStats(data=tally.data) if tally else None
 
@@ -154,3 +159,6 @@ class AscendPDConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         return self.scheduler_side.request_finished(request, block_ids)
+
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        self.scheduler_side.update_connector_output(connector_output)

@@ -1,5 +1,5 @@
-"""The connector's Prometheus metrics on each engine's /metrics: transfer batches, bytes, KV waits, failures, and
-per request the transfer it exposed after its prefill, by mode."""
+"""The connector's Prometheus metrics on each engine's /metrics: transfer batches, bytes, KV waits, failures, per
+request the transfer it exposed after its prefill, by mode, and the requests whose KV a prefill engine still holds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _BYTES_BUCKETS = [2.0**20 * mib for mib in (1, 4, 16, 64, 256, 1024, 4096)]
 
 
 class AscendPDPromMetrics(KVConnectorPromMetrics):
-    """Fed from the workers' merged tallies (see tally.py) once per stats interval."""
+    """Fed from the workers' merged tallies (see tally.py) and the scheduler side's held count, per engine step."""
 
     def __init__(self, vllm_config, metric_types, labelnames: list[str],
                  per_engine_labelvalues: dict[int, list[object]]):
@@ -53,6 +53,11 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
         self.request_bytes = per_engine_and_mode(
             self._histogram_cls, "vllm:ascend_pd_kv_request_bytes",
             "Per request and decode rank: prompt KV bytes moved to it.", buckets=_BYTES_BUCKETS)
+        # the autoscaler stops a prefill engine only once this reads 0 (autoscale/engine_kv.py)
+        self.held_requests = per_engine(
+            self._gauge_cls, "vllm:ascend_pd_kv_held_requests",
+            "Requests whose prompt KV this prefill engine still holds for a decode instance to read or is still "
+            "sending; 0 means it can stop without failing a handoff.", multiprocess_mode="mostrecent")
 
     def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0) -> None:
         for seconds in transfer_stats_data.get("seconds", []):
@@ -61,6 +66,8 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
             self.wait_seconds[engine_idx].observe(seconds)
         self.bytes[engine_idx].inc(sum(transfer_stats_data.get("bytes", [])))
         self.failures[engine_idx].inc(transfer_stats_data.get("failures", 0))
+        if transfer_stats_data.get("held") is not None:  # sent only when it changed
+            self.held_requests[engine_idx].set(transfer_stats_data["held"])
         if transfer_stats_data.get("exposed"):
             labels = [*self._engine_labels[engine_idx], transfer_stats_data.get("mode") or "unknown"]
             for metric, key in ((self.exposed_seconds, "exposed"), (self.request_seconds, "request_seconds"),

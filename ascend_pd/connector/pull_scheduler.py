@@ -75,7 +75,7 @@ class PullScheduler(SchedulerSide):
         if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED) \
                 or not block_ids:
             return False, None
-        self._next.held[request.request_id] = self.config.abort_timeout_s
+        self.hold(request.request_id, self.config.abort_timeout_s)
         return True, {
             "do_remote_prefill": True,
             "do_remote_decode": False,

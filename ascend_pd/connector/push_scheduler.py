@@ -106,7 +106,7 @@ class PushScheduler(SchedulerSide):
             return False, None
         normal_end = request.status in (RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.FINISHED_STOPPED)
         if normal_end and outgoing.prefilled and block_ids:
-            self._next.held[request.request_id] = self.config.kv_load_timeout_s
+            self.hold(request.request_id, self.config.kv_load_timeout_s)
             return True, None
         self._next.released.append(request.request_id)
         return False, None

@@ -11,6 +11,7 @@ from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
     from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 logger = logging.getLogger(__name__)
@@ -25,6 +26,9 @@ class SchedulerSide:
         self.dp_rank = dp_rank
         self.block_size = block_size
         self._next = AscendPDMetadata()
+        # Requests whose blocks vLLM keeps because request_finished said so, until finished_sending names them.
+        self._held: set[str] = set()
+        self._held_reported = 0  # prom.py creates the gauge at 0
 
     @property
     def side_channel_port(self) -> int:
@@ -34,6 +38,29 @@ class SchedulerSide:
     def take_metadata(self) -> AscendPDMetadata:
         metadata, self._next = self._next, AscendPDMetadata()
         return metadata
+
+    def hold(self, request_id: str, timeout_s: float) -> None:
+        """Keep a finished request's blocks for the workers (a read by D, or a push still sending): they report it in
+        finished_sending when done or after `timeout_s`, and vLLM frees the blocks then. request_finished returns
+        True after this."""
+        self._next.held[request_id] = timeout_s
+        self._held.add(request_id)
+
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        """vLLM frees the blocks of every request in finished_sending right after this call."""
+        self._held.difference_update(connector_output.finished_sending or ())
+
+    @property
+    def held_requests(self) -> int:
+        return len(self._held)
+
+    def take_held_change(self) -> int | None:
+        """The held count if it changed since the last call that returned one (0 included), else None: a level
+        reported on change, so the gauge follows it without a report every step."""
+        if len(self._held) == self._held_reported:
+            return None
+        self._held_reported = len(self._held)
+        return self._held_reported
 
     def peer_of(self, params: dict[str, Any]) -> RemotePeer | None:
         """The prefill peer named in kv_transfer_params, or None (with a log line) if a field is missing or the peer

@@ -1,4 +1,5 @@
-"""Transfer statistics reported through vLLM's connector stats: bytes, transfers, durations, failures."""
+"""Transfer statistics reported through vLLM's connector stats: bytes, transfers, durations, failures, and from the
+scheduler side the number of requests whose blocks the connector still holds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from ascend_pd.connector.tally import LISTS, empty_tally
 
 @dataclass
 class AscendPDStats(KVConnectorStats):
-    """The workers' tallies (see tally.py), merged across ranks and reduced for vLLM's stats logger."""
+    """The workers' tallies (see tally.py), merged across ranks and reduced for vLLM's stats logger. `held`, when
+    present, is the scheduler side's count of held requests (scheduler.py): a level, not a sum."""
 
     data: dict[str, Any] = field(default_factory=empty_tally)
 
@@ -24,10 +26,16 @@ class AscendPDStats(KVConnectorStats):
             self.data[key].extend(other.data.get(key, []))
         self.data["failures"] += other.data.get("failures", 0)
         self.data["mode"] = self.data.get("mode") or other.data.get("mode", "")
+        # vLLM aggregates in time order (worker stats with the scheduler's of the same step, then interval after
+        # interval in its logger): the latest level wins, adding two would count the same requests twice.
+        if other.data.get("held") is not None:
+            self.data["held"] = other.data["held"]
         return self
 
     def is_empty(self) -> bool:
-        return not any(self.data[key] for key in LISTS) and not self.data["failures"]
+        # a held count of 0 is news (the gauge must come down), not emptiness
+        return (not any(self.data[key] for key in LISTS) and not self.data["failures"]
+                and self.data.get("held") is None)
 
     def reduce(self) -> dict[str, int | float]:
         total_bytes, total_seconds = sum(self.data["bytes"]), sum(self.data["seconds"])
@@ -43,4 +51,5 @@ class AscendPDStats(KVConnectorStats):
             # of the requests' transfers (first byte moving to KV whole on D), the part that came after prefill
             "Exposed share": round(sum(exposed) / sum(request_seconds), 3) if sum(request_seconds) else 0.0,
             "Failures": self.data["failures"],
+            **({"Held requests": self.data["held"]} if self.data.get("held") is not None else {}),
         }

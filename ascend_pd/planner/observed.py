@@ -38,7 +38,7 @@ class Observed:
     ttft: Quantiles | None  # seconds; None: too few streamed requests to say
     tpot: Quantiles | None
     streamed: int
-    backends: tuple[dict, ...] = ()
+    partial: bool = False  # a proxy worker or replica watched less than the window (it started within it)
 
     def workload(self) -> Workload:
         """Lognormal prompt and output lengths with the observed means and 99th percentiles, at the observed rate."""
@@ -101,7 +101,7 @@ def parse_observed(document: Any, source: str) -> Observed:
         output_tokens=_quantiles(document.get("output_tokens"), source, "output_tokens", True),
         ttft=_quantiles(document.get("ttft_seconds"), source, "ttft_seconds", False) if enough else None,
         tpot=_quantiles(document.get("tpot_seconds"), source, "tpot_seconds", False) if enough else None,
-        streamed=streamed, backends=tuple(document.get("backends") or ()))
+        streamed=streamed, partial=bool(document.get("partial", False)))
 
 
 def read_observed_file(path: str | Path) -> Observed:

@@ -60,10 +60,10 @@ class Figures:
 
 @dataclass
 class Proposal:
-    observed: Observed
+    observed: Observed | None  # None: no request arrived (an idle deployment shrinking to its minimum)
     design_rate: float
     correction: Correction
-    current: Figures
+    current: Figures | None
     target: Figures | None
     change: bool
     reasons: list[str]
@@ -211,17 +211,19 @@ def _option_rates(cost: CostModel, req: Requirements, budget: int, keys) -> dict
 
 def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None = None, headroom: float = HEADROOM,
            min_gain: float = MIN_GAIN, min_saving: float = MIN_SAVING, shrink_margin: float = SHRINK_MARGIN,
-           prior: Correction | None = None) -> Proposal:
+           prior: Correction | None = None, design_rate: float | None = None,
+           max_devices: int | None = None) -> Proposal:
     """`prior`: the correction an earlier re-plan found, kept when this window cannot tell (an overloaded
-    deployment's latencies are its queues')."""
+    deployment's latencies are its queues'). `design_rate`: the rate to size for, when a load predictor gives it
+    (else the observed rate with `headroom`). `max_devices`: the most the deployment may take of the cluster."""
     deployment = loaded.deployment
     if deployment.slo is None:
         raise InputError("the deployment has no SLO to re-plan for", file=loaded.source, field="slo",
                          fix="add slo: {ttft_ms: ..., tpot_ms: ..., attainment: ...}")
     cost = cost_model(loaded, calibration)
     cluster = cost.cluster
-    budget = cluster.device_count
-    design_rate = observed.rate * (1 + headroom)
+    budget = min(cluster.device_count, max_devices or cluster.device_count)
+    design_rate = observed.rate * (1 + headroom) if design_rate is None else max(design_rate, observed.rate)
     workload = observed.workload().model_copy(update={"rate": design_rate})
     inputs = PlanInputs(workload, deployment.slo, rate=design_rate, kv_mode=deployment.connector.mode,
                         cluster_ref=deployment.cluster)
@@ -249,7 +251,8 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
     cost = replace(cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
     before = attainment(cost, current_choice, req, budget, design_rate)
     current = Figures(current_choice.label(), current_choice.devices, before)
-    reasons = [f"observed {observed.describe()}; sized for {design_rate:.2f} req/s ({headroom:.0%} headroom)"]
+    reasons = [f"observed {observed.describe()}; sized for {design_rate:.2f} req/s "
+               f"({design_rate / observed.rate - 1:.0%} above it)"]
     required = deployment.slo.attainment
 
     shapes = {shape_of(i) for i in deployment.instances}
@@ -285,7 +288,7 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
         reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); {freed}")
         return proposal
     if meets_now:
-        margin_rate = observed.rate * (1 + headroom + shrink_margin)
+        margin_rate = design_rate + observed.rate * shrink_margin
         at_margin = attainment(cost, after_choice, req, budget, margin_rate)["slo_attainment"]
         if at_margin < required - 1e-9:
             reasons.append(f"the deployment meets the SLO; the smaller {target.label} would miss it at "

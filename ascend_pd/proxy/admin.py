@@ -17,11 +17,8 @@ from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.table_keeper import TableKeeper
 from ascend_pd.proxy.wire.server import Handler, Request, Response
-from ascend_pd.proxy.workload_window import WindowContents, WorkloadWindow, encode_contents, encode_parts, summarise
-
-
-# Every worker's window as a list: what an autoscaler merges across the replicas of a deployment
-WORKLOAD_PARTS = "/v1/workload/parts"
+from ascend_pd.proxy.workload_window import (WORKLOAD_PARTS, WindowContents, WorkloadWindow, encode_contents,
+                                             encode_parts, summarise)
 
 
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):

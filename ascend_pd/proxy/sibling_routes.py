@@ -11,14 +11,13 @@ from typing import Callable
 import aiohttp
 import msgspec
 
-from ascend_pd.proxy.admin import WORKLOAD_PARTS
 from ascend_pd.proxy.backend_table import encode_table
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.metrics import merge_expositions
 from ascend_pd.proxy.siblings import SIBLING_HEADER, Siblings
 from ascend_pd.proxy.table_keeper import TableKeeper
 from ascend_pd.proxy.wire.server import Handler, Request, Response
-from ascend_pd.proxy.workload_window import WindowContents, decode_contents, encode_parts
+from ascend_pd.proxy.workload_window import WORKLOAD_PARTS, WindowContents, decode_contents, encode_parts
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TABLE_CHANGES = ("/admin/backends", "/admin/backends/drain", "/admin/backends/remove")

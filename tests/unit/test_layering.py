@@ -24,7 +24,9 @@ LAYERS = {
 }
 # Inside a layer, who may import whom (a pair not listed may not).
 SIDEWAYS = {("deploy", "perf"), ("connector", "kernels"), ("autoscale", "proxy"), ("yamlfile", "errors")}
-AUTOSCALE_READS_OF_PROXY = {"ascend_pd.proxy.endpoints"}  # the endpoint list, never the server
+# the endpoint list, the backend table and the workload window's data: what the proxy says, never its server
+AUTOSCALE_READS_OF_PROXY = {"ascend_pd.proxy.endpoints", "ascend_pd.proxy.backend_table",
+                            "ascend_pd.proxy.workload_window"}
 PROXY_READS_BELOW = {"deploy", "defaults", "errors"}
 HEAVY = {"torch", "torch_npu", "vllm", "vllm_ascend", "mooncake", "aiohttp", "zmq", "httptools", "uvloop"}
 
@@ -72,7 +74,7 @@ def test_no_import_reaches_a_higher_layer_or_sideways_without_leave():
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_proxy_reads_only_the_deployment_contract_below_it_and_the_autoscaler_only_its_endpoint_list():
+def test_the_proxy_reads_only_the_deployment_contract_below_it_and_the_autoscaler_only_its_data():
     wrong = []
     for file, importer, name in imports():
         imported = package_of(name) if name.startswith("ascend_pd.") else None

@@ -3,6 +3,7 @@ they leave. (Applying a change is tested with a real proxy in tests/integration/
 
 import io
 import json
+from collections import Counter
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -92,3 +93,78 @@ def test_an_unreadable_proxy_is_a_decision_not_a_crash(tmp_path):
     made, metrics = scaler(tmp_path, tmp_path / "missing.json")
     assert made.tick() == "unobservable"
     assert "file not found" in made.log.lines[-1]["error"] or "cannot read" in made.log.lines[-1]["error"]
+
+
+def write_window(path: Path, prompt: int, output: int, rate: float, **extra) -> Path:
+    window(path, prompt, output, rate)
+    document = json.loads(path.read_text())
+    document.update(extra)
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_a_window_a_restarted_worker_watched_only_in_part_is_not_urgent(tmp_path):
+    """9 req/s is past what 2 decode instances carry: urgent, applied at once, on a whole window. When a proxy
+    worker (or replica) started within the window, its rate is its own short span's: it waits for agreement."""
+    observed = write_window(tmp_path / "w.json", 64, 128, 9.0, partial=True)
+    made, _ = scaler(tmp_path, observed, node_command="false", agree=2)
+    assert made.tick() == "wait"
+    assert made.log.lines[-1]["why"] == "proposed 1 of 2 intervals in a row" and not made.log.lines[-1]["urgent"]
+
+
+def test_going_straight_back_waits_the_reversal_hold_unless_urgent(tmp_path):
+    observed = window(tmp_path / "w.json", 64, 128, 6.8)  # a third decode instance for the headroom; not urgent
+    now = [10_000.0]
+    made, _ = scaler(tmp_path, observed, clock=lambda: now[0], agree=1, cooldown=60.0, reversal_hold=1800.0,
+                     dry_run=False, node_command="false")
+    running = load_deployment(made.deployment_file).deployment
+    from ascend_pd.planner.resize import counts_of
+
+    three = Counter(counts_of(running))
+    (decode_key,) = [k for k in three if k[0] == "decode"]
+    three[decode_key] += 1
+    made._last_change, made._last_from = now[0] - 600.0, frozenset(three.items())  # it was just shrunk from 3
+    assert made.tick() == "wait"
+    assert made.log.lines[-1]["why"].startswith("it would undo the change of 600 s ago")
+    now[0] += 1800.0  # past the hold: the same proposal goes ahead (and fails here at its launch)
+    assert made.tick() == "failed"
+
+
+def test_an_idle_deployment_shrinks_to_its_minimum(tmp_path):
+    idle = write_window(tmp_path / "w.json", 64, 128, 0.0, requests=0, finished=0)
+    made, metrics = scaler(tmp_path, idle, dry_run=True, agree=2)
+    assert [made.tick() for _ in range(2)] == ["wait", "wait"]
+    last = made.log.lines[-1]
+    assert last["why"] == "dry run" and "shrink to the minimum" in last["reasons"][0], last
+    assert 'ascend_pd_autoscale_planned_instances{role="decode"} 1.0' in generate_latest(metrics.registry).decode()
+    # a window in which a worker started says nothing of idleness
+    write_window(idle, 64, 128, 0.0, requests=0, finished=0, partial=True)
+    assert made.tick() == "unobservable"
+
+
+def test_the_bounds_hold_a_change_within_them(tmp_path):
+    from ascend_pd.autoscale.bounds import Bounds
+
+    observed = window(tmp_path / "w.json", 64, 128, 6.8)  # the plan wants a third decode instance
+    made, _ = scaler(tmp_path, observed, agree=1, bounds=Bounds(maximum={"decode": 2}))
+    assert made.tick() == "hold"
+    assert any("held within the bounds" in reason for reason in made.log.lines[-1]["reasons"])
+
+
+def test_a_colocated_deployment_does_not_inherit_the_disaggregated_ones_correction(tmp_path):
+    """The correction found on P/D engines (here 3x slower decode than the cost model) says nothing of colocated
+    engines, which run both phases at other batch sizes: after a change of kind it starts again from 1."""
+    from ascend_pd.planner.replan import Correction
+
+    observed = window(tmp_path / "w.json", 64, 128, 5.0)
+    made, _ = scaler(tmp_path, observed, dry_run=True)
+    made.tick()
+    made._corrections["disaggregated"] = Correction(1.0, 3.0, "measured earlier", True)
+    made.tick()
+    assert made.log.lines[-1]["correction"]["decode_scale"] == 3.0  # the running kind keeps its own
+    running = load_deployment(made.deployment_file).deployment
+    decode = next(i for i in running.instances if i.role == "decode")
+    made.deployment_file.write_text(dump_deployment(running.model_copy(update={"instances": [
+        decode.model_copy(update={"role": "colocated", "name": "colocated-0", "engine_id": "colocated-0"})]})))
+    made.tick()
+    assert made.log.lines[-1]["correction"]["decode_scale"] == 1.0, made.log.lines[-1]

@@ -84,3 +84,27 @@ def test_ranks_of_one_engine_merge_with_their_mode():
     other.record_request(0.1, 0.1, 10)
     stats.aggregate(AscendPDStats(data=other.data))
     assert stats.data["mode"] == "pull" and stats.data["exposed"] == [0.1]
+
+
+def test_the_held_count_is_a_level_the_latest_report_wins_and_zero_is_news():
+    stats = AscendPDStats(data={**TransferTally("pull").data, "held": 3})
+    stats.aggregate(AscendPDStats(data=rank_tally(1024, 0.001, 0.1).data))  # a worker's step: no level in it
+    assert stats.data["held"] == 3
+    stats.aggregate(AscendPDStats(data={**TransferTally("pull").data, "held": 0}))
+    assert stats.data["held"] == 0 and stats.reduce()["Held requests"] == 0
+    assert not AscendPDStats(data={**TransferTally().data, "held": 0}).is_empty()
+    assert "Held requests" not in AscendPDStats(data=rank_tally(1, 0.1, 0.1).data).reduce()
+
+
+def test_the_held_gauge_starts_at_zero_and_moves_only_when_a_level_is_reported():
+    registry = CollectorRegistry()
+    metric_types = {kind: partial(kind, registry=registry) for kind in (Gauge, Counter, Histogram)}
+    prom = AscendPDConnector.build_prom_metrics(SimpleNamespace(kv_transfer_config=None), metric_types,
+                                                ["model_name", "engine"], {0: ["tiny", "0"], 1: ["tiny", "1"]})
+    held = partial(registry.get_sample_value, "vllm:ascend_pd_kv_held_requests")
+    assert held({"model_name": "tiny", "engine": "0"}) == 0 and held({"model_name": "tiny", "engine": "1"}) == 0
+    prom.observe({**TransferTally().data, "held": 4}, engine_idx=1)
+    prom.observe(rank_tally(1024, 0.001, 0.1).data, engine_idx=1)  # worker stats alone leave the level alone
+    assert held({"model_name": "tiny", "engine": "1"}) == 4 and held({"model_name": "tiny", "engine": "0"}) == 0
+    prom.observe({**TransferTally().data, "held": 0}, engine_idx=1)
+    assert held({"model_name": "tiny", "engine": "1"}) == 0

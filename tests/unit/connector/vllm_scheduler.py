@@ -42,7 +42,7 @@ def vllm_config(model_dir: Path, *, role: str, mode: str, max_num_batched_tokens
         kv_transfer_config=transfer)
 
 
-def scheduler(config):
+def scheduler(config, log_stats: bool = False):
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -52,7 +52,8 @@ def scheduler(config):
     kv_cache_config = KVCacheConfig(num_blocks=NUM_BLOCKS, kv_cache_tensors=[],
                                     kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)])
     return Scheduler(vllm_config=config, kv_cache_config=kv_cache_config,
-                     structured_output_manager=StructuredOutputManager(config), block_size=BLOCK_SIZE)
+                     structured_output_manager=StructuredOutputManager(config), block_size=BLOCK_SIZE,
+                     log_stats=log_stats)
 
 
 def request(request_id: str, num_tokens: int, params: dict | None, max_tokens: int = 1):
@@ -67,9 +68,9 @@ def request(request_id: str, num_tokens: int, params: dict | None, max_tokens: i
 
 
 def runner_output(scheduler_output, *, sample: bool = True, finished_sending=(), finished_recving=(),
-                  invalid_block_ids=()):
+                  invalid_block_ids=(), kv_connector_stats=None):
     """What the workers would return for a step: a token per scheduled request (none for a partial prefill
-    chunk: sample=False), plus the connector's news."""
+    chunk: sample=False), plus the connector's news and the workers' merged stats."""
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
     req_ids = list(scheduler_output.num_scheduled_tokens)
@@ -78,4 +79,5 @@ def runner_output(scheduler_output, *, sample: bool = True, finished_sending=(),
         sampled_token_ids=[[5] if sample else [] for _ in req_ids],
         kv_connector_output=KVConnectorOutput(finished_sending=set(finished_sending) or None,
                                               finished_recving=set(finished_recving) or None,
-                                              invalid_block_ids=set(invalid_block_ids)))
+                                              invalid_block_ids=set(invalid_block_ids),
+                                              kv_connector_stats=kv_connector_stats))

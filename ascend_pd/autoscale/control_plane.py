@@ -1,0 +1,153 @@
+"""Every proxy replica of a deployment as one, for the autoscaler: it owns the backend table, keeps it in a store
+the replicas read (a file beside them, or a Kubernetes ConfigMap), pushes each change to every replica and waits
+until each of their workers serves it; requests in flight are summed over the replicas, and their workload windows
+merged. A rollout calls it as it would one proxy (add, drain, remove, backends, wait_idle)."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, http_json
+from ascend_pd.autoscale.stores import TableStore
+from ascend_pd.proxy.backend_table import BackendTable, KVEntry, TableEntry, draining, table_of, with_entry, without
+from ascend_pd.proxy.endpoints import Endpoint
+from ascend_pd.proxy.workload_window import WORKLOAD_PARTS, WindowContents, summarise
+
+CONVERGE_SECONDS = 30.0  # a worker takes a pushed table at once, a file within its poll interval (1 s)
+
+
+class ControlPlane:
+    def __init__(self, replicas: list[str], token: str | None, store: TableStore | None,
+                 timeout: float = 10.0, converge: float = CONVERGE_SECONDS):
+        self.replicas = [url.rstrip("/") for url in replicas]
+        self.token = token
+        self.store = store
+        self.timeout = timeout
+        self.converge = converge
+        self._table: BackendTable | None = None
+
+    def _call(self, replica: str, method: str, path: str, body: dict | None = None):
+        return http_json(method, replica + path, body, self.token, self.timeout)
+
+    # ---- the table ----
+    def table(self) -> BackendTable:
+        """The newest table of the store and the replicas (the proxies may have been changed by hand)."""
+        if self._table is None:
+            tables = [t for t in [self.store.read() if self.store else None, *self._replica_tables()] if t]
+            self._table = max(tables, key=lambda t: t.generation) if tables else BackendTable(0, "unknown", [])
+        return self._table
+
+    def served_table(self, replica: str) -> dict:
+        """GET /admin/table of `replica`: the table one worker serves, and the generation each of its workers serves."""
+        return self._call(replica, "GET", "/admin/table")
+
+    def _replica_tables(self) -> list[BackendTable]:
+        found = []
+        for replica in self.replicas:
+            answer = self.served_table(replica)
+            answer.pop("worker_generations", None)
+            found.append(msgspec.convert(answer, BackendTable))
+        return found
+
+    def publish(self, table: BackendTable) -> None:
+        """Make `table` the one every replica serves: the store first (what a restarted worker reads), then each
+        replica, then wait until every worker of every replica serves it; StepFailed names the ones that do not."""
+        if self.store is not None:
+            self.store.write(table)
+        self._table = table
+        refused = []
+        for replica in self.replicas:
+            try:
+                self._call(replica, "PUT", "/admin/table", msgspec.to_builtins(table))
+            except StepFailed as exc:  # one that missed the push may still take it from the store
+                refused.append(str(exc))
+        self.wait_converged(table.generation, refused)
+
+    def lagging(self, generation: int) -> dict[str, list[int] | str]:
+        """Replicas with a worker below `generation`: their workers' generations, or why they did not answer."""
+        behind: dict[str, list[int] | str] = {}
+        for replica in self.replicas:
+            try:
+                served = self.served_table(replica)["worker_generations"]
+            except StepFailed as exc:
+                behind[replica] = str(exc)
+                continue
+            if min(served) < generation:
+                behind[replica] = served
+        return behind
+
+    def wait_converged(self, generation: int, refused: list[str] = ()) -> None:
+        deadline = time.monotonic() + self.converge
+        while behind := self.lagging(generation):
+            if time.monotonic() > deadline:
+                raise StepFailed(f"backend table generation {generation} not served within {self.converge:g} s by "
+                                 f"{behind}" + (f"; refused: {'; '.join(refused)}" if refused else ""))
+            time.sleep(POLL_SECONDS)
+
+    def reconcile(self, endpoints: list[Endpoint], revision: str) -> str | None:
+        """Make the table say what the deployment file says, and every replica serve it; what it changed, or None
+        when all agreed. A draining mark left by a rollout that was cut short goes too: the file is what runs."""
+        wanted = table_of(endpoints, 0, revision).backends
+        table = self.table()
+        said = None
+        if _key(table.backends) != _key(wanted) or table.revision != revision:
+            table = table.changed(wanted, revision)
+            said = f"backend table generation {table.generation}: the {len(wanted)} endpoints of revision {revision}"
+            self.publish(table)
+        elif behind := self.lagging(table.generation):
+            said = f"backend table generation {table.generation} pushed again to {sorted(behind)}"
+            self.publish(table)
+        return said
+
+    # ---- what a rollout calls ----
+    def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0, kv: dict | None = None) -> None:
+        entry = TableEntry(url, role, instance, dp_rank, msgspec.convert(kv, KVEntry) if kv else None)
+        self.publish(with_entry(self.table(), entry))
+
+    def drain(self, url: str) -> None:
+        self.publish(draining(self.table(), url))
+
+    def remove(self, url: str) -> None:
+        self.publish(without(self.table(), url))
+
+    def backends(self) -> dict[str, dict]:
+        """Every replica's view of each backend, with requests in flight summed over the replicas."""
+        merged: dict[str, dict] = {}
+        for replica in self.replicas:
+            for backend in self._call(replica, "GET", "/admin/backends"):
+                seen = merged.setdefault(backend["url"], {**backend, "proxy_inflight": 0, "inflight": 0})
+                seen["proxy_inflight"] += backend.get("proxy_inflight", backend["inflight"])
+                seen["inflight"] += backend["inflight"]
+        return merged
+
+    def wait_idle(self, urls: list[str], seconds: float) -> None:
+        """Until no replica has a request in flight on any of `urls`; StepFailed after `seconds`."""
+        deadline = time.monotonic() + seconds
+        while True:
+            listed = self.backends()
+            busy = {url: listed[url]["proxy_inflight"] for url in urls if listed.get(url, {}).get("proxy_inflight")}
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise StepFailed(f"requests still in flight after {seconds:g} s: {busy}")
+            time.sleep(POLL_SECONDS)
+
+    # ---- what the loop observes ----
+    def workload(self) -> dict:
+        """GET /v1/workload's document over every worker of every replica: each worker's arrivals count over the
+        time it has watched, so a restarted worker or replica reads neither high nor low. The window is the
+        shortest any of them keeps."""
+        parts: list[WindowContents] = []
+        for replica in self.replicas:
+            answer = http_json("GET", replica + WORKLOAD_PARTS, None, self.token, self.timeout)
+            parts += [msgspec.convert(part, WindowContents) for part in answer]
+        if not parts:
+            raise StepFailed("no proxy replica to observe")
+        return summarise(parts, min(part.window for part in parts), time.time(), [])
+
+
+def _key(entries: list[TableEntry]) -> list[bytes]:
+    """The entries, in any order, as comparable values (a draining mark counts)."""
+    return sorted(msgspec.json.encode(e) for e in entries)
