@@ -91,7 +91,7 @@ class Autoscaler:
         self.clock = clock
         self.plane = ControlPlane([s for s in sources if s != self.saved_window], token, store)
         self.rollout = Rollout(deployment_file, self.plane, launcher, log, timeouts)
-        self.predictor = make_predictor(settings.predictor)
+        self.predictor = make_predictor(settings.predictor, settings.headroom)
         self._pending: tuple[frozenset, int] | None = None  # (planned counts, intervals in a row)
         self._last_change: float | None = None
         self._last_from: frozenset | None = None  # the counts the last change left
