@@ -1,8 +1,9 @@
 """Applying a re-plan to a running deployment without losing a request: a new instance starts from the rendered
 launchers, joins the proxy once every endpoint answers /health; an instance that leaves is drained through the
-proxy's admin API, waits for its last request, leaves the proxy, then stops. Each phase is a JSON line in the log; a
-phase that fails stops the rollout, puts back what it took from the proxy, and leaves the deployment file and the
-bundle describing what runs."""
+proxy's admin API, waits for its last request (a prefill instance also until decode has its KV), leaves the proxy,
+then stops. Each phase is a JSON line in the log; a phase that fails stops the rollout, puts back what it took from
+the proxy (a flip: the instance it stopped), stops an instance the proxy will not take, and leaves the deployment
+file and the bundle describing what runs."""
 
 from __future__ import annotations
 
@@ -13,15 +14,17 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Sequence, TextIO
 
+from ascend_pd.autoscale.engine_kv import wait_kv_released
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, wait_healthy
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, Timeouts
 from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
-from ascend_pd.deploy.schema import Deployment
+from ascend_pd.deploy.schema import Deployment, Instance
 from ascend_pd.planner.resize import Step
 from ascend_pd.proxy.endpoints import Endpoint, endpoints_from_deployment
 from ascend_pd.render.bundle import RenderOptions, render_bundle, write_bundle
+from ascend_pd.render.kv_config import KV_ABORT_TIMEOUT_S
 from ascend_pd.render.processes import LaunchPlan, plan_processes
 
 @dataclass
@@ -102,6 +105,22 @@ def _each(action: Callable[[str], object], urls: list[str]) -> None:
         action(url)
 
 
+def _every(action: Callable[[str], object], urls: list[str]) -> None:
+    """`action` on each of `urls`, the rest too when one fails (cleanup); StepFailed naming those that failed."""
+    failed: list[StepFailed] = []
+    for url in urls:
+        try:
+            action(url)
+        except StepFailed as exc:
+            failed.append(exc)
+    if failed:
+        raise next((e for e in failed if isinstance(e, Interrupted)), StepFailed("; ".join(map(str, failed))))
+
+
+def _instance(deployment: Deployment, name: str) -> Instance:
+    return next(i for i in deployment.instances if i.name == name)
+
+
 def _loaded(deployment: Deployment, path: Path) -> LoadedDeployment:
     return parse_deployment(dump_deployment(deployment), str(path))
 
@@ -117,6 +136,8 @@ class Rollout:
         self.log = log
         self.timeouts = timeouts
         self.render = render or RenderOptions(target=launcher.target)
+        self._running: dict[str, Instance] = {}  # during run(): what runs now, by name
+        self._interrupted: Interrupted | None = None  # told to stop: kept through cleanup that swallows failures
 
     def _write(self, deployment: Deployment, deployment_file: bool = True) -> LaunchPlan:
         """Render `deployment` into the bundle (and make it the deployment file); its launch plan. Files of nodes it
@@ -126,7 +147,10 @@ class Rollout:
         if rendered.refused:
             first = next(d for d in rendered.diagnostics if d.severity == "error")
             raise StepFailed(f"the changed deployment does not validate: {first.code} {first.message}")
-        write_bundle({k: v for k, v in rendered.files.items() if k != "deployment.yaml"}, self.launcher.bundle)
+        # the deployment file is written below, once what runs is known; the backend table's ConfigMap is the control
+        # plane's (rendered empty, it would hide the table from `kubectl apply -f k8s/`)
+        kept = ("deployment.yaml", "k8s/backends.yaml")
+        write_bundle({k: v for k, v in rendered.files.items() if k not in kept}, self.launcher.bundle)
         if deployment_file:
             self.deployment_file.write_text(dump_deployment(deployment), encoding="utf-8")
         return plan_processes(loaded, self.render.interface, self.render.node_ips)
@@ -135,11 +159,16 @@ class Rollout:
         return [e for e in endpoints_from_deployment(_loaded(deployment, self.deployment_file))
                 if e.instance == instance]
 
+    def _note(self, exc: StepFailed) -> None:
+        if isinstance(exc, Interrupted) and self._interrupted is None:
+            self._interrupted = exc
+
     def _phase(self, step: Step, phase: str, action: Callable[[], object]) -> object:
         started = time.monotonic()
         try:
             result = action()
         except StepFailed as exc:
+            self._note(exc)
             self.log.write(step=step.describe(), phase=phase, status="failed", error=str(exc),
                            seconds=round(time.monotonic() - started, 3))
             raise
@@ -147,73 +176,135 @@ class Rollout:
                        **({"output": result} if isinstance(result, list) and any(result) else {}))
         return result
 
-    def _join(self, step: Step, endpoints: list[Endpoint]) -> None:
+    def _best_effort(self, step: Step, phase: str, action: Callable[[], object]) -> None:
+        """A cleanup phase: its failure is logged and does not hide the failure that called for it."""
+        try:
+            self._phase(step, phase, action)
+        except StepFailed:
+            pass
+
+    def _join(self, step: Step, plan: LaunchPlan, instance: str, endpoints: list[Endpoint],
+              listed: Sequence[str] = (), prefix: str = "") -> None:
+        """Add `endpoints` to the proxy. One the proxy refuses (or cannot be reached for) leaves the instance on
+        devices yet serving nothing: whatever of it the proxy may list (`listed`: what it listed before) leaves it,
+        the instance stops, and it no longer runs, as the deployment file will then say."""
+        tried: list[str] = []
+
         def add() -> None:
             for e in endpoints:
+                tried.append(e.url)  # before the call: an add that failed may have landed (on some proxy replicas)
                 kv = None if e.kv is None else {"engine_id": e.kv.engine_id, "host": e.kv.host, "port": e.kv.port,
                                                 "tp_size": e.kv.tp_size, "dp_rank": e.kv.dp_rank,
                                                 "rank_hosts": list(e.kv.rank_hosts)}
                 self.proxy.add(e.url, e.role, e.instance, e.dp_rank, kv)
-        self._phase(step, "join", add)
+        try:
+            self._phase(step, prefix + "join", add)
+        except StepFailed:
+            self._best_effort(step, prefix + "unjoin", lambda: self._unjoin([*listed, *tried]))
+            self._best_effort(step, prefix + "stop-unjoined", lambda: self.launcher.stop(plan, instance))
+            self._running.pop(instance, None)
+            raise
 
-    def _bring_up(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str) -> None:
+    def _unjoin(self, urls: list[str]) -> None:
+        """Take those of `urls` the proxy lists out of it (asking first: one never added is no failure)."""
+        listed = self.proxy.backends()
+        _every(self.proxy.remove, [url for url in dict.fromkeys(urls) if url in listed])
+
+    def _bring_up(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str,
+                  prefix: str = "") -> None:
         endpoints = self._endpoints(deployment, instance)
         try:  # a launch that failed half-way may have started some of its processes: stop them too
-            self._phase(step, "launch", lambda: self.launcher.start(plan, instance))
-            self._phase(step, "healthy", lambda: wait_healthy([e.url for e in endpoints], self.timeouts.start))
+            self._phase(step, prefix + "launch", lambda: self.launcher.start(plan, instance))
+            self._phase(step, prefix + "healthy",
+                        lambda: wait_healthy([e.url for e in endpoints], self.timeouts.start))
         except StepFailed:
-            self._phase(step, "stop-unhealthy", lambda: self.launcher.stop(plan, instance))
+            self._phase(step, prefix + "stop-unhealthy", lambda: self.launcher.stop(plan, instance))
             raise
-        self._join(step, endpoints)
+        self._join(step, plan, instance, endpoints, prefix=prefix)
+        self._running[instance] = _instance(deployment, instance)
 
     def _retire(self, step: Step, plan: LaunchPlan, deployment: Deployment, instance: str) -> None:
         endpoints = self._endpoints(deployment, instance)
         urls = [e.url for e in endpoints]
-        self._phase(step, "drain", lambda: _each(self.proxy.drain, urls))
-        try:
+        try:  # a drain that failed half-way drained some endpoints: the put-back below covers them too
+            self._phase(step, "drain", lambda: _each(self.proxy.drain, urls))
             self._phase(step, "idle", lambda: self.proxy.wait_idle(urls, self.timeouts.drain))
+            if _instance(deployment, instance).role == "prefill":
+                # P's answer is not the end of a request: D reads (or P still pushes) its KV afterwards, so P stops
+                # only once it holds none. Checked while the proxy still lists it (drained, routed nothing): the
+                # listing shows it as leaving until nothing of it is used, and a timeout only has to undrain it.
+                self._phase(step, "kv-released",
+                            lambda: [wait_kv_released(urls, self.timeouts.drain, KV_ABORT_TIMEOUT_S)])
             self._phase(step, "leave", lambda: _each(self.proxy.remove, urls))
             self._phase(step, "stop", lambda: self.launcher.stop(plan, instance))
         except StepFailed:
-            self._join(step, endpoints)  # it keeps serving (as the deployment file will say): the proxy gets it back
+            # it keeps serving, as the deployment file will say: the proxy gets every endpoint back (or, if it will
+            # not take them, the instance stops and the file says that instead)
+            self._join(step, plan, instance, endpoints, listed=urls)
             raise
+        self._running.pop(instance, None)
+
+    def _restore(self, step: Step, current: Deployment, target: Deployment) -> None:
+        """A flip whose new instance did not come up: the instance it replaced starts again on its devices, from
+        launchers rendered for what runs with it back. If that fails too, neither runs, as the file will say."""
+        old = step.replaces
+        # rendered from what runs, not all of `current`: a k8s manifest an earlier flip deleted must not come back
+        self._running[old] = _instance(current, old)
+        try:
+            plan = self._phase(step, "restore-render",
+                               lambda: self._write(self._now(current, target), deployment_file=False))
+            self._bring_up(step, plan, current, old, prefix="restore-")
+        except StepFailed as exc:
+            self._note(exc)
+            self._running.pop(old, None)
+            self.log.write(step=step.describe(), phase="restore", status="failed", error=str(exc))
+            return
+        self.log.write(step=step.describe(), phase="restore", status="ok")
+
+    def _apply(self, step: Step, old_plan: LaunchPlan, plan: LaunchPlan, current: Deployment,
+               target: Deployment) -> None:
+        # the target's launchers start the new instances by name; an old one stops by its names in the old plan
+        # (a stop script stops whatever it is named, so the one already on its node serves)
+        if step.action in ("flip", "stop"):
+            self._retire(step, old_plan, current, step.replaces or step.instance)
+        if step.action in ("start", "flip"):
+            try:
+                self._bring_up(step, plan, target, step.instance)
+            except StepFailed:
+                if step.action == "flip":
+                    self._restore(step, current, target)
+                raise
+
+    def _now(self, current: Deployment, target: Deployment) -> Deployment:
+        """What runs, as a deployment: the target's settings, the running instances in their order."""
+        order = [name for name in [*(i.name for i in current.instances), *(i.name for i in target.instances)]
+                 if name in self._running]
+        return target.model_copy(update={"instances": [self._running[name] for name in dict.fromkeys(order)]})
 
     def run(self, current: Deployment, target: Deployment, steps: list[Step]) -> Deployment:
         """Apply `steps`; the deployment that runs afterwards (all of `target`, or as far as the steps got). The
         deployment file and the bundle describe it either way."""
-        running = {i.name: i for i in current.instances}
-        wanted = {i.name: i for i in target.instances}
+        self._running = {i.name: i for i in current.instances}
+        self._interrupted = None  # told to stop: say what runs first, then stop the loop
         old_plan = plan_processes(_loaded(current, self.deployment_file), self.render.interface, self.render.node_ips)
         self.log.write(phase="plan", status="ok", steps=[s.describe() for s in steps],
                        **({"manifest_diff": self._diff(current, target)} if self.launcher.target == "k8s" else {}))
-        stopped: Interrupted | None = None  # told to stop: say what runs first, then stop the loop
         try:
-            # the target's launchers start the new instances by name; an old one stops by its names in the old plan
-            # (a stop script stops whatever it is named, so the one already on its node serves)
             plan = self._write(target, deployment_file=False)
             for step in steps:
-                if step.action in ("flip", "stop"):
-                    gone = step.replaces or step.instance
-                    self._retire(step, old_plan, current, gone)
-                    running.pop(gone)
-                if step.action in ("start", "flip"):
-                    self._bring_up(step, plan, target, step.instance)
-                    running[step.instance] = wanted[step.instance]
+                self._apply(step, old_plan, plan, current, target)
                 self.log.write(step=step.describe(), phase="done", status="ok")
         except StepFailed as exc:
             self.log.write(phase="rollout", status="failed", error=str(exc))
-            if isinstance(exc, Interrupted):
-                stopped = exc
-        order = [name for name in [*(i.name for i in current.instances), *wanted] if name in running]
-        result = target.model_copy(update={"instances": [running[name] for name in dict.fromkeys(order)]})
+            self._note(exc)
+        result = self._now(current, target)
         try:
             self._write(result)
         except StepFailed as exc:  # what runs was valid when it started: say so, and keep the loop alive
             self.log.write(phase="write", status="failed", error=str(exc))
-            if isinstance(exc, Interrupted):
-                stopped = stopped or exc
-        if stopped is not None:
-            raise stopped
+            self._note(exc)
+        if self._interrupted is not None:
+            raise self._interrupted
         return result
 
     def _diff(self, current: Deployment, target: Deployment) -> str:
