@@ -132,9 +132,14 @@ class Autoscaler:
         return self._agreed_then_applied(loaded, counts, proposal, proposal.urgent)
 
     def _reconcile(self, loaded) -> None:
-        """The backend table says what the deployment file says, and every replica serves it."""
+        """What the deployment file says runs does: an instance that does not answer is launched again (its
+        launchers start only what is not running), the backend table says what the file says, and every replica
+        serves it. Observing a saved window acts on nothing."""
         if not self.plane.replicas:
             return
+        relaunched = self.rollout.relaunch_missing(loaded.deployment)
+        if relaunched:
+            self.log.write(phase="reconcile", status="relaunched", output=relaunched)
         said = self.plane.reconcile(endpoints_from_deployment(loaded), revision_of(loaded.deployment))
         if said:
             self.log.write(phase="reconcile", status="ok", output=said)

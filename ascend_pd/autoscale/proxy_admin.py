@@ -7,6 +7,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 CALL_TIMEOUT = 10.0
@@ -79,6 +80,21 @@ class ProxyAdmin:
             if time.monotonic() > deadline:
                 raise StepFailed(f"requests still in flight after {seconds:g} s: {busy}")
             time.sleep(POLL_SECONDS)
+
+
+def not_answering(urls: list[str], timeout: float = CALL_TIMEOUT) -> list[str]:
+    """Those of `urls` whose GET /health does not answer 200 within `timeout`, asked all at once."""
+    def answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=timeout) as answer:
+                return answer.status == 200
+        except (urllib.error.URLError, TimeoutError, OSError):
+            return False
+
+    if not urls:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
+        return [url for url, ok in zip(urls, pool.map(answers, urls)) if not ok]
 
 
 def wait_healthy(urls: list[str], seconds: float) -> None:

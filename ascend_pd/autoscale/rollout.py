@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence, TextIO
 
 from ascend_pd.autoscale.engine_kv import wait_kv_released
-from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, wait_healthy
+from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, not_answering, wait_healthy
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, Timeouts
 from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
 from ascend_pd.deploy.schema import Deployment, Instance
@@ -306,6 +306,25 @@ class Rollout:
         if self._interrupted is not None:
             raise self._interrupted
         return result
+
+    def relaunch_missing(self, deployment: Deployment) -> list[str]:
+        """Start again every instance the deployment file says runs of which an endpoint does not answer /health:
+        the rendered launchers start only the processes not already running (one still loading its weights is left
+        alone), and kubectl apply leaves a running one as it is. What each launch said."""
+        silent = set(not_answering([e.url for e in endpoints_from_deployment(_loaded(deployment,
+                                                                                      self.deployment_file))]))
+        if not silent:
+            return []
+        loaded = _loaded(deployment, self.deployment_file)
+        plan = plan_processes(loaded, self.render.interface, self.render.node_ips)
+        said = []
+        for e in endpoints_from_deployment(loaded):
+            if e.url in silent and not any(line.startswith(f"{e.instance}:") for line in said):
+                try:
+                    said.append(f"{e.instance}: " + " ".join(self.launcher.start(plan, e.instance)))
+                except StepFailed as exc:
+                    said.append(f"{e.instance}: {exc}")
+        return said
 
     def _diff(self, current: Deployment, target: Deployment) -> str:
         def manifests(deployment: Deployment) -> list[str]:

@@ -88,6 +88,9 @@ def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, coo
 
     _check_template("--node-command", node_command, ("host", "node"))
     _check_template("--copy-command", copy_command, ("bundle", "host", "node"))
+    bounds = Bounds(parse_role_counts(min_instances, "--min-instances"),
+                    parse_role_counts(max_instances, "--max-instances"), max_devices)
+    check_bounds(bounds)
     deployment = Path(deployment_file)
     bundle = deployment.parent
     if target == "bash" and not any(bundle.glob("launch-*.sh")):
@@ -102,9 +105,6 @@ def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, coo
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, registry=metrics.registry)
-    bounds = Bounds(parse_role_counts(min_instances, "--min-instances"),
-                    parse_role_counts(max_instances, "--max-instances"), max_devices)
-    check_bounds(bounds)
     settings = AutoscaleSettings(interval=interval, agree=agree, cooldown=cooldown, headroom=headroom,
                                  min_gain=min_gain, min_saving=min_saving, shrink_margin=shrink_margin,
                                  calibration=calibration, dry_run=dry_run, predictor=predictor, bounds=bounds,

@@ -263,7 +263,8 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
             choice, units = _target_choice(cost, req, budget, design_rate, None)
             reasons.append("the deployment's instance shapes cannot carry this load on the cluster; other shapes can")
         except InputError as exc:
-            reasons.append(f"nothing on cluster '{cluster.name}' meets the SLO at this load: {exc.message}")
+            within = f" within {budget} of its devices" if budget < cluster.device_count else ""
+            reasons.append(f"nothing on cluster '{cluster.name}'{within} meets the SLO at this load: {exc.message}")
             return Proposal(observed, design_rate, correction, current, None, False, reasons)
     target_counts = _counts(choice, units)
     after_choice = replace(choice, instances=tuple((o, n * units) for o, n in choice.instances),

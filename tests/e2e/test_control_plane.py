@@ -26,6 +26,7 @@ from ascend_pd.autoscale.settings import Timeouts
 from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.deploy import load_deployment, revision_of
 from ascend_pd.planner.resize import Step, counts_of, resize
+from ascend_pd.proxy.backend_table import with_entry
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
@@ -52,11 +53,13 @@ def success_count(engine_url: str) -> float:
 
 
 class KillingPlane(ControlPlane):
-    """The control plane as the rollout uses it, except that just before the flipped prefill instance leaves the
-    table (it is drained on every worker, idle, and still running), one worker of replica B is killed. Clients of B
-    pause meanwhile: a killed worker's own connections die with it, which no table can help. Once the supervisor has
-    started it again, B's clients resume and the drained engine must get no request: a worker that came back with
-    the start-up backends would send it some."""
+    """The control plane as the rollout uses it, except for two moments. The flipped prefill instance is drained
+    while a request is in flight on it (it waits, bounded, for one to arrive there; should the drain show none in
+    flight after all, the backend goes back as it was and it tries again), so the rollout has requests and their KV
+    to wait for. Just before it leaves the table (drained on every worker, idle, still running), one worker of
+    replica B is killed. Clients of B pause meanwhile: a killed worker's own connections die with it, which no table
+    can help. Once the supervisor has started it again, B's clients resume and the drained engine must get no
+    request: a worker that came back with the start-up backends would send it some."""
 
     def __init__(self, replicas: list[str], store: TableStore, load: Load, supervisor: int, drained_url: str):
         super().__init__(replicas, TOKEN, store)
@@ -64,6 +67,21 @@ class KillingPlane(ControlPlane):
         self.killed: int | None = None
         self.served_during_restart = 0
         self.drained_answers: tuple[float, float] | None = None
+        self.busy_at_drain = 0
+
+    def drain(self, url: str) -> None:
+        if url != self.drained_url:
+            return super().drain(url)
+        for _ in range(10):
+            deadline = time.monotonic() + 30
+            while not self.backends()[url]["proxy_inflight"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            serving = self.table().entry(url)
+            super().drain(url)
+            self.busy_at_drain = self.backends()[url]["proxy_inflight"]
+            if self.busy_at_drain:
+                return
+            self.publish(with_entry(self.table(), serving))
 
     def remove(self, url: str) -> None:
         if url == self.drained_url and self.killed is None:
@@ -233,7 +251,8 @@ def test_a_flip_and_a_retirement_under_load_through_two_replicas_lose_nothing(ru
     before, after = plane.drained_answers
     assert after == before, f"the drained prefill-1 answered {after - before} requests after B's worker restart"
 
-    # the flip waited for the KV prefill-1 held for D, and every phase went as planned
+    # the flip drained prefill-1 busy, waited for its requests and the KV it held for D; every phase went as planned
+    assert plane.busy_at_drain >= 1
     assert [line for line in log.lines if line.get("status") != "ok"] == [], log.lines
     flip = "flip prefill-1 to decode as decode-1 (same devices)"
     phases = [line["phase"] for line in log.lines if line.get("step") == flip]

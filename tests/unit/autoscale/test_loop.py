@@ -168,3 +168,15 @@ def test_a_colocated_deployment_does_not_inherit_the_disaggregated_ones_correcti
         decode.model_copy(update={"role": "colocated", "name": "colocated-0", "engine_id": "colocated-0"})]})))
     made.tick()
     assert made.log.lines[-1]["correction"]["decode_scale"] == 1.0, made.log.lines[-1]
+
+
+def test_the_device_budget_is_the_plans_budget(tmp_path):
+    from ascend_pd.autoscale.bounds import Bounds
+
+    observed = window(tmp_path / "w.json", 64, 128, 6.8)  # a third decode instance: 4 devices
+    made, _ = scaler(tmp_path, observed, agree=1, dry_run=True)
+    assert made.tick() == "wait"
+    assert made.log.lines[-1]["planned"] == "1 x P TP1xDP1 + 3 x D TP1xDP1"  # 4 devices
+    capped, _ = scaler(tmp_path, observed, agree=1, dry_run=True, bounds=Bounds(max_devices=3))
+    assert capped.tick() == "hold"
+    assert any("within 3 of its devices meets" in reason for reason in capped.log.lines[-1]["reasons"])

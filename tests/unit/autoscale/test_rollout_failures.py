@@ -491,3 +491,25 @@ def test_a_decode_instance_does_not_wait_for_kv(rig):
     assert [i.name for i in after.instances] == made.agree() == ["prefill-0", "decode-0"]
     assert made.phases() == RETIRED + [("done", "ok")]
     assert made.engines.metrics_read == []
+
+
+# --- what the file says runs, runs: the reconcile of each interval launches an instance that does not answer
+
+
+def test_an_instance_that_does_not_answer_is_launched_again_and_one_that_answers_is_left_alone(rig):
+    prefill = instance("prefill-0", "prefill", [0])
+    decode = instance("decode-0", "decode", [1, 2])
+    running = deployment(prefill, decode)
+    made = rig(running, running)
+    made.file.write_text(dump_deployment(running))
+    lost = "decode-0-dp1"  # one DP rank of decode-0 died: its port does not answer
+    made.node.initial.discard(lost)
+    launcher = Launcher(made.file.parent, "bash", node_command=f"{made.node.script} {{node}}", timeout=20)
+    rollout = Rollout(made.file, ProxyAdmin(made.proxy.url, "token", timeout=2), launcher, made.log)
+    said = rollout.relaunch_missing(running)
+    assert len(said) == 1 and said[0].startswith("decode-0:"), said
+    (call,) = made.node.log()
+    assert call["kind"] == "launch" and set(call["names"]) == {"decode-0-dp0", "decode-0-dp1"}
+    assert lost in made.node.running()
+    assert rollout.relaunch_missing(running) == []  # every endpoint answers now: nothing is launched
+    assert len(made.node.log()) == 1
