@@ -7,6 +7,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -198,3 +201,24 @@ def wait_ready(url: str, deadline: float, bundle: Path, logs: Path) -> None:
                 raise AssertionError(f"{pidfile.stem} exited during start-up; log {log}:\n{tail}")
         assert time.monotonic() < deadline, f"{url} not ready in time; logs in {logs}"
         time.sleep(1)
+
+
+def node_command_here(logs: Path) -> str:
+    """The node command that runs a bundle's scripts on this host, with its log directory and this Python."""
+    return shlex.join(["env", f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}", f"LOG_DIR={logs}",
+                       "STOP_TIMEOUT=20"])
+
+
+def on_node(node_command: str, bundle: Path, script: str, *names: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*shlex.split(node_command), "bash", str(bundle / script), *names],
+                          check=True, capture_output=True, text=True, timeout=120)
+
+
+def stop_what_runs(node_command: str, bundle: Path) -> None:
+    """Stop every process of the bundle that has a pid file (what the test did not stop itself)."""
+    names = sorted(p.stem for p in (bundle / "run").glob("*.pid"))
+    if names:
+        try:
+            on_node(node_command, bundle, "stop-localhost-00.sh", *names)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            pass

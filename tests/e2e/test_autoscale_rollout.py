@@ -4,8 +4,6 @@ no request fails and every answer is the one a single engine gives for its promp
 
 from __future__ import annotations
 
-import os
-import shlex
 import subprocess
 import sys
 import time
@@ -26,8 +24,8 @@ from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 from .conftest import case_logs, local_deployment
-from .rollout_load import (CLIENTS, MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive, read_pid,
-                           routed, set_nice, stream, wait_ready)
+from .rollout_load import (CLIENTS, MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive,
+                           node_command_here, on_node, read_pid, routed, set_nice, stop_what_runs, stream, wait_ready)
 from .stack import http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -79,8 +77,7 @@ class Running:
         self.proxy_url = f"http://127.0.0.1:{PORT_BASE + 90}"
         self.proxy: subprocess.Popen | None = None
         self.sessions: list[int] = []
-        self.node_command = shlex.join(["env", f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
-                                        f"LOG_DIR={self.logs}", "STOP_TIMEOUT=20"])
+        self.node_command = node_command_here(self.logs)
         data = local_deployment(models, MODEL, mode="pull", port_base=PORT_BASE)
         data["metadata"]["name"] = "e2e-autoscale-rollout"
         data["proxy"]["workers"] = 1
@@ -94,7 +91,7 @@ class Running:
         rendered = render_bundle(load_deployment(self.deployment_file), RenderOptions(target="bash"))
         assert not rendered.refused, [d.message for d in rendered.diagnostics]
         write_bundle(rendered.files, self.bundle)
-        self.on_node("launch-localhost-00.sh")
+        on_node(self.node_command, self.bundle, "launch-localhost-00.sh")
         self.sessions = [int(pidfile.read_text()) for pidfile in (self.bundle / "run").glob("*.pid")]
         with open(self.logs / "proxy.log", "w") as log:
             self.proxy = subprocess.Popen(
@@ -106,10 +103,6 @@ class Running:
             wait_ready(f"http://127.0.0.1:{port}/v1/models", deadline, self.bundle, self.logs)
         wait_ready(f"{self.proxy_url}/health", deadline, self.bundle, self.logs)
 
-    def on_node(self, script: str, *names: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*shlex.split(self.node_command), "bash", str(self.bundle / script), *names],
-                              check=True, capture_output=True, text=True, timeout=120)
-
     def stop(self) -> None:
         if self.proxy is not None and self.proxy.poll() is None:
             self.proxy.terminate()
@@ -118,12 +111,7 @@ class Running:
             except subprocess.TimeoutExpired:
                 self.proxy.kill()
                 self.proxy.wait(5)
-        names = {p.stem for p in (self.bundle / "run").glob("*.pid")}
-        if names:
-            try:
-                self.on_node("stop-localhost-00.sh", *sorted(names))
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-                pass
+        stop_what_runs(self.node_command, self.bundle)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -31,8 +30,8 @@ from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 from .conftest import case_logs, local_deployment
-from .rollout_load import (MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive, read_pid, set_nice,
-                           stream, wait_ready)
+from .rollout_load import (MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive, node_command_here,
+                           on_node, read_pid, set_nice, stop_what_runs, stream, wait_ready)
 from .stack import assert_prompt_kv_came_from_prefill, http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -120,8 +119,7 @@ class TwoReplicas:
         self.deployment_file = bundle / "deployment.yaml"
         self.replicas = [f"http://127.0.0.1:{port}" for port in REPLICA_PORTS]
         self.proxies: list[subprocess.Popen] = []
-        self.node_command = shlex.join(["env", f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}",
-                                        f"LOG_DIR={self.logs}", "STOP_TIMEOUT=20"])
+        self.node_command = node_command_here(self.logs)
         data = local_deployment(models, MODEL, mode="pull", port_base=PORT_BASE)
         data["metadata"]["name"] = "e2e-control-plane"
         prefill = data["instances"][0]
@@ -137,7 +135,7 @@ class TwoReplicas:
         rendered = render_bundle(load_deployment(self.deployment_file), RenderOptions(target="bash"))
         assert not rendered.refused, [d.message for d in rendered.diagnostics]
         write_bundle(rendered.files, self.bundle)
-        self.on_node("launch-localhost-00.sh")
+        on_node(self.node_command, self.bundle, "launch-localhost-00.sh")
         for index, port in enumerate(REPLICA_PORTS):
             with open(self.logs / f"proxy-{index}.log", "w") as log:
                 self.proxies.append(subprocess.Popen(
@@ -154,10 +152,6 @@ class TwoReplicas:
     def sessions(self) -> list[int]:
         return [int(pidfile.read_text()) for pidfile in (self.bundle / "run").glob("*.pid")]
 
-    def on_node(self, script: str, *names: str) -> None:
-        subprocess.run([*shlex.split(self.node_command), "bash", str(self.bundle / script), *names],
-                       check=True, capture_output=True, text=True, timeout=120)
-
     def stop(self) -> None:
         for proxy in self.proxies:
             proxy.terminate()
@@ -166,12 +160,7 @@ class TwoReplicas:
                 proxy.wait(15)
             except subprocess.TimeoutExpired:
                 proxy.kill()
-        names = sorted(p.stem for p in (self.bundle / "run").glob("*.pid"))
-        if names:
-            try:
-                self.on_node("stop-localhost-00.sh", *names)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-                pass
+        stop_what_runs(self.node_command, self.bundle)
 
 
 @pytest.fixture
