@@ -33,11 +33,10 @@ class ControlPlane:
 
     # ---- the table ----
     def table(self) -> BackendTable:
-        """The newest table of the store and the replicas (the proxies may have been changed by hand)."""
-        if self._table is None:
-            tables = [t for t in [self.store.read() if self.store else None, *self._replica_tables()] if t]
-            self._table = max(tables, key=lambda t: t.generation) if tables else BackendTable(0, "unknown", [])
-        return self._table
+        """The newest of the store's, the replicas' and the last published table, read again each time: a replica
+        changed by hand since holds a generation the next change must pass, or no worker would take it."""
+        tables = [t for t in [self._table, self.store.read() if self.store else None, *self._replica_tables()] if t]
+        return max(tables, key=lambda t: t.generation) if tables else BackendTable(0, "unknown", [])
 
     def served_table(self, replica: str) -> dict:
         """GET /admin/table of `replica`: the table one worker serves, and the generation each of its workers serves."""
@@ -65,8 +64,11 @@ class ControlPlane:
         for replica in self.replicas:
             try:
                 self._call(replica, "PUT", "/admin/table", msgspec.to_builtins(table))
-            except StepFailed as exc:  # one that missed the push may still take it from the store
+            except StepFailed as exc:  # one that missed the push may still take it from a store it shares
                 refused.append(str(exc))
+        if self.replicas and len(refused) == len(self.replicas):
+            raise StepFailed(f"no proxy replica took backend table generation {table.generation}: "
+                             + "; ".join(refused))
         self.wait_converged(table.generation, refused)
 
     def lagging(self, generation: int) -> dict[str, list[int] | str]:

@@ -214,6 +214,17 @@ class Autoscaler:
             self.metrics.record(decision, counts, proposal)
         return decision
 
+    def run(self, intervals: int | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Tick every interval (forever, or `intervals` times); the interval counts from the start of each tick."""
+        done = 0
+        while intervals is None or done < intervals:
+            started = self.clock()
+            self.tick()
+            done += 1
+            if intervals is None or done < intervals:
+                sleep(max(0.0, self.settings.interval - (self.clock() - started)))
+
+
 def _kind(deployment: Deployment) -> str:
     return "disaggregated" if deployment.by_role("prefill") else "colocated"
 

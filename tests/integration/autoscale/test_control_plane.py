@@ -141,3 +141,20 @@ async def test_a_replica_started_again_from_nothing_is_brought_up_to_the_table_b
     before = len(engines[2].received)
     await asyncio.gather(*(complete(replicas[1].url, f"after reconcile {i}") for i in range(20)))
     assert len(engines[2].received) == before  # B no longer routes to what the deployment dropped
+
+
+@pytest.mark.asyncio
+async def test_a_change_made_by_hand_on_one_replica_is_built_on_not_hidden_behind_an_equal_generation(deployment):
+    engines, replicas, plane = deployment
+    _, first, second = engines
+    await asyncio.to_thread(plane.drain, first.url)  # generation 1 everywhere
+    async with aiohttp.ClientSession() as session:  # an operator drains the other decode on replica A only
+        async with session.post(replicas[0].url + "/admin/backends/drain", json={"url": second.url},
+                                headers={"Authorization": f"Bearer {TOKEN}"}) as answer:
+            assert answer.status == 200
+    await asyncio.to_thread(plane.add, first.url, "decode")  # the autoscaler puts the first back in service
+    for replica in replicas:
+        served = plane.served_table(replica.url)
+        assert served["worker_generations"] == [3, 3], served
+        states = {e["url"]: e.get("draining", False) for e in served["backends"]}
+        assert states[first.url] is False and states[second.url] is True  # the hand-made drain reached B too

@@ -180,3 +180,19 @@ def test_the_device_budget_is_the_plans_budget(tmp_path):
     capped, _ = scaler(tmp_path, observed, agree=1, dry_run=True, bounds=Bounds(max_devices=3))
     assert capped.tick() == "hold"
     assert any("within 3 of its devices meets" in reason for reason in capped.log.lines[-1]["reasons"])
+
+
+def test_the_loop_ticks_every_interval_counted_from_the_start_of_each_tick(tmp_path):
+    observed = window(tmp_path / "w.json", 64, 128, 5.0)
+    now = [0.0]
+    made, metrics = scaler(tmp_path, observed, clock=lambda: now[0], interval=60.0)
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    made.tick = lambda real=made.tick: (now.__setitem__(0, now[0] + 2.5), real())[1]  # each tick takes 2.5 s
+    made.run(intervals=3, sleep=sleep)
+    assert slept == [57.5, 57.5]  # none after the last
+    assert 'ascend_pd_autoscale_decisions_total{decision="hold"} 3.0' in generate_latest(metrics.registry).decode()
