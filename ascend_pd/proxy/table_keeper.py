@@ -17,14 +17,20 @@ log = logging.getLogger("ascend_pd.proxy")
 
 class TableKeeper:
     def __init__(self, pool: BackendPool, start: BackendTable, path: Path | None = None):
-        """`start`: the table from the proxy's flags (generation 0); the file's, when it has one, wins."""
+        """`start`: the table from the proxy's flags (generation 0). The file's wins when it serves the same
+        deployment revision: changes made to this deployment since it started. One of another revision is what ran
+        before the deployment file was rewritten (a finished rollout, a new render), which the file now says better."""
         self.pool = pool
         self.path = path
         self.table = start
-        self._seen: tuple[int, int] | None = None  # the file's (mtime, size) when last read
+        self._seen = self._stat()  # the file's (mtime, size) when last read: the poll takes only later writes
         apply_table(pool, start)
-        if path is not None:
-            self.offer(read_table(path) or start, persist=False)  # bad input here stops the proxy at start
+        found = read_table(path) if path is not None else None  # bad input here stops the proxy at start
+        if found is not None and found.revision == start.revision:
+            self.offer(found, persist=False)
+        elif found is not None:
+            log.info("backend table %s serves revision %s, the deployment is %s: starting from the deployment",
+                     path, found.revision, start.revision)
 
     def offer(self, table: BackendTable, persist: bool = True) -> bool:
         """Serve `table` if it is newer than the one served; True when it was. A newer table that came from
@@ -44,14 +50,8 @@ class TableKeeper:
 
     def poll_file(self) -> None:
         """Take the file's table when the file changed since the last look and it is newer."""
-        if self.path is None:
-            return
-        try:
-            stat = self.path.stat()
-        except OSError:
-            return
-        seen = (stat.st_mtime_ns, stat.st_size)
-        if seen == self._seen:
+        seen = self._stat()
+        if seen is None or seen == self._seen:
             return
         self._seen = seen
         try:
@@ -61,6 +61,13 @@ class TableKeeper:
             return
         if table is not None:
             self.offer(table, persist=False)
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            stat = self.path.stat() if self.path is not None else None
+        except OSError:
+            return None
+        return None if stat is None else (stat.st_mtime_ns, stat.st_size)
 
     async def watch(self, interval: float) -> None:
         while True:

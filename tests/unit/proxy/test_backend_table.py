@@ -1,0 +1,70 @@
+"""One worker's copy of the backend table: only a newer generation is served, the file at start counts only for the
+deployment revision the proxy serves, a later write to it is taken up, and a bad file is a clear error at start but
+never stops a running worker."""
+
+import os
+
+import pytest
+
+from ascend_pd.errors import InputError
+from ascend_pd.proxy.backend_table import BackendTable, TableEntry, draining, read_table, write_table
+from ascend_pd.proxy.backends import BackendPool
+from ascend_pd.proxy.breaker import CircuitBreaker
+from ascend_pd.proxy.table_keeper import TableKeeper
+
+P, D1, D2 = "http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"
+START = BackendTable(0, "rev-a", [TableEntry(P, "prefill"), TableEntry(D1, "decode"), TableEntry(D2, "decode")])
+
+
+def keeper(path=None) -> TableKeeper:
+    return TableKeeper(BackendPool(lambda: CircuitBreaker(3, 10.0)), START, path)
+
+
+def serving(made: TableKeeper) -> dict[str, bool]:
+    return {b.url: b.draining for b in made.pool.all()}
+
+
+def test_only_a_newer_generation_is_served_and_a_backend_kept_keeps_its_load():
+    made = keeper()
+    lease = made.pool.get(D1).lease(100)
+    assert made.offer(draining(START, D1)) is True
+    assert serving(made) == {P: False, D1: True, D2: False}
+    assert made.pool.get(D1).own_tokens() == 100  # the same backend, drained, with its request
+    lease.release()
+    assert made.offer(START) is False and serving(made)[D1] is True  # an older table changes nothing
+
+
+def test_the_file_at_start_counts_only_for_the_revision_the_proxy_serves(tmp_path):
+    path = tmp_path / "backends.json"
+    write_table(path, BackendTable(7, "rev-a", [TableEntry(P, "prefill"), TableEntry(D2, "decode")]))
+    assert serving(keeper(path)) == {P: False, D2: False}  # changes made to this deployment since it started
+    write_table(path, BackendTable(9, "rev-old", [TableEntry(P, "prefill")]))  # what ran before a re-render
+    made = keeper(path)
+    assert serving(made) == {P: False, D1: False, D2: False} and made.table.generation == 0
+    made.poll_file()  # the same stale file is not taken up by the first look either
+    assert made.table.generation == 0
+    write_table(path, BackendTable(10, "rev-b", [TableEntry(P, "prefill"), TableEntry(D1, "decode")]))
+    os.utime(path, ns=(1, 1))  # a later write (the kubelet, the autoscaler) the poll sees as a change
+    made.poll_file()
+    assert made.table.generation == 10 and serving(made) == {P: False, D1: False}
+
+
+def test_a_newer_table_offered_over_http_goes_to_the_file_for_a_restart(tmp_path):
+    path = tmp_path / "backends.json"
+    made = keeper(path)
+    made.offer(draining(START, D2))
+    assert read_table(path) == draining(START, D2)
+    assert serving(keeper(path)) == {P: False, D1: False, D2: True}
+
+
+def test_a_bad_file_is_a_clear_error_at_start_and_a_running_worker_keeps_its_table(tmp_path):
+    path = tmp_path / "backends.json"
+    path.write_text('{"generation": 3, "revision": "rev-a", "backends": [{"url": "http://x:1", "role": "router"}]}')
+    with pytest.raises(InputError) as refused:
+        keeper(path)
+    assert refused.value.file == str(path) and refused.value.field == "backends.0.role"
+    path.unlink()
+    made = keeper(path)
+    path.write_text('{"generation": 4, "revis')  # half-written by hand
+    made.poll_file()
+    assert made.table.generation == 0 and len(made.pool.all()) == 3
