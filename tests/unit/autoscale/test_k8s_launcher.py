@@ -48,3 +48,30 @@ def test_a_k8s_rollout_logs_the_manifest_diff_and_takes_back_an_instance_that_ne
     verbs = [json.loads(line)[0] for line in calls.read_text().splitlines()]
     assert verbs == ["apply", "delete"] and not (bundle / "k8s/decode-1.yaml").exists()
     assert counts_of(after) == counts_of(current.deployment) == counts_of(load_deployment(deployment_file).deployment)
+
+
+def test_the_backend_table_goes_into_the_configmap_the_proxy_pods_mount(tmp_path):
+    import yaml
+
+    from ascend_pd.autoscale.stores import table_store
+    from ascend_pd.proxy.backend_table import BackendTable, TableEntry, decode_table
+
+    deployment = example_bundle(tmp_path, "k8s")
+    kubectl, calls = recording_kubectl(tmp_path)
+    loaded = load_deployment(deployment)
+    store = table_store(loaded, deployment.parent, "k8s", kubectl)
+    table = BackendTable(4, "rev", [TableEntry("http://127.0.0.1:8100", "prefill", draining=True)])
+    store.write(table)
+    manifest = deployment.parent / "k8s" / "backends.yaml"
+    assert [json.loads(line) for line in calls.read_text().splitlines()] == [["apply", "-f", str(manifest)]]
+    applied = yaml.safe_load(manifest.read_text())
+    # the name and key the rendered proxy Deployment mounts (as a directory, which the kubelet refreshes)
+    proxy = yaml.safe_load_all((deployment.parent / "k8s" / "proxy.yaml").read_text())
+    pod = next(d for d in proxy if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "backends")
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "backends")
+    assert volume["configMap"]["name"] == applied["metadata"]["name"] and "subPath" not in mount
+    command = pod["containers"][0]["command"]
+    assert command[command.index("--backend-table") + 1] == f"{mount['mountPath']}/backends.json"
+    assert decode_table(applied["data"]["backends.json"].encode(), "configmap") == table
+    assert store.read() == table  # and the bundle's copy, for the next start of the autoscaler
