@@ -9,5 +9,6 @@ from ascend_pd.deploy.validate import validate, validate_file
 
 __all__ = ["Connector", "Deployment", "DevicePlacement", "Diagnostic", "Instance", "LengthDistribution",
            "LoadedDeployment", "Metadata", "ModelRef", "Parallel", "Proxy", "SLO", "VllmArgs", "Workload",
-           "dump_deployment", "has_errors", "load_deployment", "parse_deployment", "revision_of", "validate", "validate_file",
+           "dump_deployment", "has_errors", "load_deployment", "parse_deployment", "revision_of", "validate",
+           "validate_file",
            "write_deployment"]

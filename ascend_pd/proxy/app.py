@@ -130,7 +130,8 @@ class ProxyServer:
         if not token:
             return
         answers = await self.siblings.tell_all(self.proxy.control, "GET", "/admin/table", b"",
-                                               {"Authorization": f"Bearer {token}"}, self.proxy.settings.timeouts.health)
+                                               {"Authorization": f"Bearer {token}"},
+                                               self.proxy.settings.timeouts.health)
         for status, body in answers:
             if status == 200:
                 answer = msgspec.json.decode(body)

@@ -3,9 +3,9 @@
 Each worker process keeps its own requests; `GET /v1/workload` gathers every worker's and summarises them together
 (percentiles do not add up, samples do). Each worker's arrivals count over the time that worker has watched: a
 worker restarted ten seconds ago has ten seconds of arrivals, and the rate is the sum of the workers' rates, so a
-restart reads neither high nor low. The summary says `partial` while any worker has watched less than the window. TTFT and TPOT come from streamed requests only: a non-streamed answer
-arrives whole, so the proxy cannot tell its first token from its last; such requests still count for the rate and
-the lengths.
+restart reads neither high nor low. The summary says `partial` while any worker has watched less than the window.
+TTFT and TPOT come from streamed requests only: a non-streamed answer arrives whole, so the proxy cannot tell its
+first token from its last; such requests still count for the rate and the lengths.
 """
 
 from __future__ import annotations

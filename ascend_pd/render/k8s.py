@@ -186,7 +186,8 @@ def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
     command = proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml", "$(HOST_IP)", f"http://$(HOST_IP):{proxy.port}",
                          f"{TABLE_DIR}/{TABLE_KEY}")
     spec = _pod_spec(plan, command, {}, placement, False, image)
-    spec["volumes"].append({"name": "backends", "configMap": {"name": backend_table_name(plan.deployment.metadata.name)}})
+    table_map = backend_table_name(plan.deployment.metadata.name)
+    spec["volumes"].append({"name": "backends", "configMap": {"name": table_map}})
     spec["containers"][0]["volumeMounts"].append({"name": "backends", "mountPath": TABLE_DIR, "readOnly": True})
     _proxy_container(plan, spec["containers"][0])
     # Each replica holds its node's port and no spare node is allowed, so a surge pod could never be scheduled:

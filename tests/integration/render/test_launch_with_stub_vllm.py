@@ -167,6 +167,7 @@ def test_proxy_launcher_starts_ascend_pd_proxy_on_the_deployment(tmp_path):
     record, = wait_for_records(records_dir, 1)
     try:
         assert record["argv"][1:] == ["proxy", "--deployment", str(out / "deployment.yaml"),
+                                      "--backend-table", str(out / "backends.json"),
                                       "--host", "127.0.0.1", "--port", "8080"]
     finally:
         stop_and_check(out, "localhost-00", env, [record])

@@ -73,8 +73,12 @@ def test_proxy_has_a_deployment_and_a_service_on_its_port():
     deployment, service = docs["k8s/proxy.yaml"]
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     # one template for every replica: each listens on and advertises the host it lands on
+    # the backend table from the ConfigMap mounted whole (k8s/backends.yaml), which the autoscaler writes
     assert command == ["ascend-pd", "proxy", "--deployment", "/etc/ascend-pd/deployment.yaml",
+                       "--backend-table", "/etc/ascend-pd-backends/backends.json",
                        "--host", "$(HOST_IP)", "--port", "8080", "--advertise-url", "http://$(HOST_IP):8080"]
+    (table_map,) = docs["k8s/backends.yaml"]
+    assert table_map["kind"] == "ConfigMap" and table_map["data"] == {}  # the replicas start from the deployment
     assert service["spec"]["ports"][0]["port"] == 8080
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
