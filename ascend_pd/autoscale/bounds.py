@@ -40,6 +40,10 @@ def parse_role_counts(values: tuple[str, ...], option: str) -> dict[str, int]:
 
 
 def check_bounds(bounds: Bounds) -> None:
+    for role, fewest in bounds.minimum.items():
+        if fewest < 1:
+            raise InputError(f"at least {fewest} {role} instances: the proxy would have nothing to wake",
+                             field="--min-instances", fix=f"give {role}=1 or more (an idle deployment shrinks to it)")
     for role, most in bounds.maximum.items():
         if most < bounds.fewest(role):
             raise InputError(f"at most {most} {role} instances, but at least {bounds.fewest(role)}",

@@ -130,6 +130,7 @@ def test_a_copy_command_with_an_unknown_placeholder_is_refused_before_the_loop_s
     (["--min-instances", "decode:2"], ["--min-instances", "'decode:2' is not ROLE=COUNT", "decode=4"]),
     (["--max-instances", "router=2"], ["--max-instances", "roles: prefill, decode, colocated"]),
     (["--min-instances", "decode=3", "--max-instances", "decode=2"], ["at most 2 decode instances, but at least 3"]),
+    (["--min-instances", "prefill=0"], ["--min-instances", "nothing to wake", "prefill=1 or more"]),
 ])
 def test_autoscale_bounds_that_cannot_be_met_are_refused_before_the_loop_starts(flags, needles):
     result = run("autoscale", "--deployment", str(EXAMPLE), "--admin-token", "t", *flags)
