@@ -14,7 +14,8 @@ admin_token_option = click.option(
     help="the proxy's admin token, to read GET /v1/workload [env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
 threshold_options = [
     click.option("--headroom", type=click.FloatRange(min=0), default=HEADROOM, show_default=True,
-                 help="size for the observed rate times 1 + this"),
+                 help="size for the observed rate times 1 + this (autoscale: the widest margin the load predictor "
+                      "adds)"),
     click.option("--min-gain", type=click.FloatRange(0, 1), default=MIN_GAIN, show_default=True,
                  help="SLO attainment a change must add when the deployment misses the SLO"),
     click.option("--min-saving", type=click.FloatRange(0, 1), default=MIN_SAVING, show_default=True,
