@@ -9,7 +9,7 @@ import time
 
 import msgspec
 
-from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, http_json
+from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, http_json, wait_until_idle
 from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.proxy.backend_table import BackendTable, KVEntry, TableEntry, draining, table_of, with_entry, without
 from ascend_pd.proxy.endpoints import Endpoint
@@ -130,15 +130,7 @@ class ControlPlane:
 
     def wait_idle(self, urls: list[str], seconds: float) -> None:
         """Until no replica has a request in flight on any of `urls`; StepFailed after `seconds`."""
-        deadline = time.monotonic() + seconds
-        while True:
-            listed = self.backends()
-            busy = {url: listed[url]["proxy_inflight"] for url in urls if listed.get(url, {}).get("proxy_inflight")}
-            if not busy:
-                return
-            if time.monotonic() > deadline:
-                raise StepFailed(f"requests still in flight after {seconds:g} s: {busy}")
-            time.sleep(POLL_SECONDS)
+        wait_until_idle(self.backends, urls, seconds)
 
     # ---- what the loop observes ----
     def workload(self) -> dict:

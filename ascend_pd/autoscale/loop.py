@@ -13,7 +13,6 @@ from typing import Callable, Iterator
 
 from ascend_pd.autoscale.bounds import clamp, minimum, resize_to, within
 from ascend_pd.autoscale.control_plane import ControlPlane, TableStore
-from ascend_pd.autoscale.observe import read_window_file
 from ascend_pd.autoscale.predictor import make_predictor
 from ascend_pd.autoscale.proxy_admin import Interrupted, StepFailed
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
@@ -21,7 +20,7 @@ from ascend_pd.autoscale.settings import AutoscaleSettings, Timeouts
 from ascend_pd.deploy import load_deployment, revision_of
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.errors import InputError
-from ascend_pd.planner.observed import parse_observed
+from ascend_pd.planner.observed import parse_observed, read_observed_document
 from ascend_pd.planner.replan import Correction, Proposal, replan
 from ascend_pd.planner.resize import counts_of
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
@@ -146,7 +145,7 @@ class Autoscaler:
 
     def _observe(self) -> dict:
         if self.saved_window is not None:
-            return read_window_file(self.saved_window)
+            return read_observed_document(self.saved_window, "--proxy")
         return self.plane.workload()
 
     def _bound(self, loaded, proposal: Proposal) -> None:

@@ -34,19 +34,6 @@ def fetch_workload(proxy_url: str, token: str | None, timeout: float = TIMEOUT_S
                          fix="give the ascend-pd proxy's base URL") from None
 
 
-def read_window_file(path: str) -> dict:
-    """A saved GET /v1/workload answer, as the JSON document it is; InputError naming the file."""
-    try:
-        with open(path, encoding="utf-8") as saved:
-            return json.load(saved)
-    except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror}", file=path, field="--proxy",
-                         fix="give the proxy replicas' URLs, or the file GET /v1/workload was saved to") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc}", file=path, field="--proxy",
-                         fix="save GET /v1/workload's answer as it is") from None
-
-
 def observe(source: str, token: str | None = None, timeout: float = TIMEOUT_SECONDS) -> Observed:
     """`source` is a proxy URL (http://...) or a file holding its GET /v1/workload answer."""
     if source.startswith(("http://", "https://")):

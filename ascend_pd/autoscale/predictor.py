@@ -14,10 +14,8 @@ from typing import Protocol
 import numpy as np
 
 from ascend_pd.errors import InputError
+from ascend_pd.planner.replan import HEADROOM  # make_predictor takes the headroom in use
 
-# The planner's HEADROOM (planner/replan.py), kept here so this module needs nothing but numpy; make_predictor takes
-# the headroom in use.
-HEADROOM = 0.2
 
 # Chosen on the first half of each shipped trace (tools/data/arrival_traces) at 60 s windows, from a region of
 # settings that all beat the last-window rule there; the second halves were held out (tools/bench_load_predictor.py).

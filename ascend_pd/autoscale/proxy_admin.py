@@ -8,7 +8,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 CALL_TIMEOUT = 10.0
 POLL_SECONDS = 0.5
@@ -70,16 +70,22 @@ class ProxyAdmin:
     def wait_idle(self, urls: list[str], seconds: float) -> None:
         """Until the proxy has no request in flight on any of `urls` (every worker's count); StepFailed after
         `seconds`."""
-        deadline = time.monotonic() + seconds
-        while True:
-            listed = self.backends()
-            busy = {url: listed[url].get("proxy_inflight", listed[url]["inflight"]) for url in urls if url in listed}
-            busy = {url: n for url, n in busy.items() if n}
-            if not busy:
-                return
-            if time.monotonic() > deadline:
-                raise StepFailed(f"requests still in flight after {seconds:g} s: {busy}")
-            time.sleep(POLL_SECONDS)
+        wait_until_idle(self.backends, urls, seconds)
+
+
+def wait_until_idle(backends: Callable[[], dict[str, dict]], urls: list[str], seconds: float) -> None:
+    """Until `backends()` (url -> listing) shows no request in flight on any of `urls`; StepFailed after
+    `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        listed = backends()
+        busy = {url: listed[url].get("proxy_inflight", listed[url]["inflight"]) for url in urls if url in listed}
+        busy = {url: n for url, n in busy.items() if n}
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise StepFailed(f"requests still in flight after {seconds:g} s: {busy}")
+        time.sleep(POLL_SECONDS)
 
 
 def not_answering(urls: list[str], timeout: float = CALL_TIMEOUT) -> list[str]:

@@ -104,16 +104,20 @@ def parse_observed(document: Any, source: str) -> Observed:
         streamed=streamed, partial=bool(document.get("partial", False)))
 
 
-def read_observed_file(path: str | Path) -> Observed:
+def read_observed_document(path: str | Path, flag: str = "--observed") -> Any:
+    """A saved GET /v1/workload answer as the JSON document it is; InputError naming the file and `flag`."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"cannot read it: {exc.strerror}", file=source, field="--observed",
+        raise InputError(f"cannot read it: {exc.strerror}", file=source, field=flag,
                          fix="give the file GET /v1/workload was saved to, or the proxy's URL") from None
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"not JSON: {exc}", file=source, field="--observed",
+        raise InputError(f"not JSON: {exc}", file=source, field=flag,
                          fix="save GET /v1/workload's answer as it is") from None
-    return parse_observed(document, source)
+
+
+def read_observed_file(path: str | Path) -> Observed:
+    return parse_observed(read_observed_document(path), str(path))

@@ -10,8 +10,7 @@ from typing import Any
 import msgspec
 
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.backend_table import KVEntry, TableEntry, decode_table, draining, with_entry, \
-    without
+from ascend_pd.proxy.backend_table import KVEntry, TableEntry, decode_table, draining, with_entry, without
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError

@@ -25,7 +25,8 @@ from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 from .conftest import case_logs, local_deployment
 from .rollout_load import (CLIENTS, MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive,
-                           node_command_here, on_node, read_pid, routed, set_nice, stop_what_runs, stream, wait_ready)
+                           node_command_here, on_node, read_pid, routed, set_nice, stop_what_runs, stream, terminate,
+                           wait_ready)
 from .stack import http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -104,13 +105,8 @@ class Running:
         wait_ready(f"{self.proxy_url}/health", deadline, self.bundle, self.logs)
 
     def stop(self) -> None:
-        if self.proxy is not None and self.proxy.poll() is None:
-            self.proxy.terminate()
-            try:
-                self.proxy.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proxy.kill()
-                self.proxy.wait(5)
+        if self.proxy is not None:
+            terminate(self.proxy)
         stop_what_runs(self.node_command, self.bundle)
 
 

@@ -31,7 +31,7 @@ from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
 from .conftest import case_logs, local_deployment
 from .rollout_load import (MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive, node_command_here,
-                           on_node, read_pid, set_nice, stop_what_runs, stream, wait_ready)
+                           on_node, read_pid, set_nice, stop_what_runs, stream, terminate, wait_ready)
 from .stack import assert_prompt_kv_came_from_prefill, http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
@@ -153,13 +153,7 @@ class TwoReplicas:
         return [int(pidfile.read_text()) for pidfile in (self.bundle / "run").glob("*.pid")]
 
     def stop(self) -> None:
-        for proxy in self.proxies:
-            proxy.terminate()
-        for proxy in self.proxies:
-            try:
-                proxy.wait(15)
-            except subprocess.TimeoutExpired:
-                proxy.kill()
+        terminate(*self.proxies)
         stop_what_runs(self.node_command, self.bundle)
 
 

@@ -30,13 +30,6 @@ def test_before_any_window_the_design_rate_is_zero(name):
     assert make_predictor(name).design_rate() == 0.0
 
 
-def test_the_default_headroom_is_the_planners():
-    from ascend_pd.autoscale import predictor
-    from ascend_pd.planner import replan
-
-    assert predictor.HEADROOM == replan.HEADROOM
-
-
 def test_the_last_window_rule_sizes_for_the_last_rate_times_its_factor():
     assert fed(LastWindowTimes(), [5.0, 2.0])[-1] == pytest.approx(2.4)
     assert fed(LastWindowTimes(1.5), [4.0])[-1] == pytest.approx(6.0)
