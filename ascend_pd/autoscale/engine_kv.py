@@ -12,6 +12,8 @@ import time
 import urllib.error
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from ascend_pd.autoscale.proxy_admin import CALL_TIMEOUT, POLL_SECONDS, StepFailed
 
 GAUGE = "vllm:ascend_pd_kv_held_requests"
@@ -19,9 +21,10 @@ GAUGE = "vllm:ascend_pd_kv_held_requests"
 # update_connector_output on every step (vLLM PR 43877, read in 0.32.0's v1/core/sched/scheduler.py). Before, it
 # could read 0 while KV is held, so an older engine is given its hold limit instead, as one without the gauge.
 TRUSTED_FROM = (0, 32)
-# a sample line: the name, its labels if any (values may hold braces, the value never does), the value, a timestamp
-_SAMPLE = re.compile(r"^" + re.escape(GAUGE) + r"(?:\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_DECLARED = re.compile(r"^#\s+TYPE\s+" + re.escape(GAUGE) + r"\s")
+# Only the gauge's lines go to the parser, as the proxy reads the engines' load (proxy/engine_load.py): the name must
+# end where the line's name ends, so a look-alike (`..._requests_by_reason`) is not it.
+_WANTED_LINES = tuple(f"{prefix}{GAUGE}{end}" for prefix, end in (("", "{"), ("", " "), ("# HELP ", " "),
+                                                                   ("# TYPE ", " ")))
 _CHUNK = 1 << 16
 
 
@@ -61,20 +64,14 @@ def held_requests(url: str, timeout: float) -> int | None:
     """Requests whose KV the engine at `url` holds, summed over its series (one per engine core behind the API
     server); None when its /metrics has no such gauge (another connector) or its vLLM does not keep it current.
     StepFailed when it does not answer."""
-    found = False
-    total = 0.0
-    for line in _get(url.rstrip("/") + "/metrics", timeout).splitlines():
-        if _DECLARED.match(line):
-            found = True
-        elif sample := _SAMPLE.match(line):
-            found = True
-            try:
-                value = float(sample.group(1))
-            except ValueError:
-                continue
-            if math.isfinite(value):
-                total += value
-    return round(total) if found and _trusted(url, timeout) else None
+    page = _get(url.rstrip("/") + "/metrics", timeout)
+    wanted = "\n".join(line for line in page.splitlines() if line.startswith(_WANTED_LINES))
+    try:
+        families = [family for family in text_string_to_metric_families(wanted) if family.name == GAUGE]
+    except ValueError:  # a gauge line that does not parse says nothing: the engine is given its hold limit
+        return None
+    total = sum(s.value for family in families for s in family.samples if math.isfinite(s.value))
+    return round(total) if families and _trusted(url, timeout) else None
 
 
 def wait_kv_released(urls: list[str], seconds: float, hold_timeout: float) -> str:
