@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-QuantName = Literal["bf16", "w8a8", "w4a8"]
+QuantName = Literal["bf16", "w8a8", "w4a8", "w4a16"]
 KVDtype = Literal["bf16", "int8"]
 
 
@@ -23,6 +23,8 @@ QUANTIZATIONS: dict[str, Quantization] = {
     "w8a8": Quantization("w8a8", 1.0, 1.0, 2.0, "int8"),
     # W4A8: int4 experts, int8 attention and dense layers (as in the DeepSeek W4A8 releases for Ascend).
     "w4a8": Quantization("w4a8", 1.0, 0.5, 2.0, "int8"),
+    # W4A16: int4 experts only, run in bf16 (Kimi-K2-Thinking's native INT4 checkpoint).
+    "w4a16": Quantization("w4a16", 2.0, 0.5, 2.0, "bf16"),
 }
 
 KV_BYTES: dict[str, int] = {"bf16": 2, "int8": 1}

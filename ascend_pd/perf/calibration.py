@@ -24,16 +24,19 @@ class Calibration:
     """How much of a chip's peaks serving achieves, and the fixed costs peaks do not capture (seconds)."""
 
     prefill_efficiency: float  # achieved fraction of peak FLOP/s in prefill (matmuls and attention)
+    prefill_expert_ratio: float  # prefill's MoE expert matmuls (grouped, few tokens per expert) run at this share of it
     decode_efficiency: float  # achieved fraction of peak FLOP/s in decode
     hbm_efficiency: float  # achieved fraction of HBM bandwidth
     kernel_launch_s: float  # fixed cost of one launched kernel
     ops_per_layer: int  # kernels per transformer layer
     layer_overhead_eager_s: float  # framework cost per layer of a forward pass run op by op (Python, dispatch)
-    layer_overhead_graph_s: float  # the same when the forward pass replays a captured graph
-    decode_graph_mode: bool  # decode replays captured graphs (prefill always runs eagerly)
+    layer_overhead_piecewise_s: float  # the same when graph pieces replay and attention runs between them
+    layer_overhead_graph_s: float  # the same when the whole forward pass replays one captured graph
     collective_launch_s: float  # fixed cost of one collective (TP all-reduce, EP dispatch or combine) per call
     step_overhead_s: float  # per engine step: scheduling, input preparation, sampling launch
     sampling_per_token_s: float  # per token a step verifies or samples
+    request_overhead_s: float  # per request, on its way to the first token outside the engine's steps (HTTP,
+    # tokenizing, the first token's detokenizing and streaming): TTFT as a client measures it
     prefill_overlap: bool  # communication hides behind compute in prefill (micro-batching)
     name: str = DEFAULT_PROFILE  # the profile's name, or the file it came from
 

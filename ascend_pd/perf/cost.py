@@ -17,6 +17,7 @@ from ascend_pd.models import ModelSpec, get_quantization
 from ascend_pd.models.quant import role_kv_dtype
 from ascend_pd.perf.calibration import Calibration, calibration_for
 from ascend_pd.perf.comm import all_reduce_time, all_to_all_time, transfer_time
+from ascend_pd.perf.exec_mode import ExecMode, GraphMode
 from ascend_pd.perf.memory import MemoryFit, memory_fit
 from ascend_pd.perf.shape import Links, Shape, group_link
 
@@ -46,6 +47,7 @@ class CostModel:
     quantization: str = "bf16"
     kv_dtype: str = "bf16"
     calibration: Calibration | None = None
+    mode: ExecMode = ExecMode()  # how the engine runs its steps, from its launch flags
     # What a running deployment showed against these estimates (ascend_pd.planner.replan): prefill and decode
     # times are multiplied by them. 1 for a plan, which has nothing observed yet.
     prefill_scale: float = 1.0
@@ -107,10 +109,11 @@ class CostModel:
         mean = group_tokens * self.model.moe.experts_per_token / shape.ep
         return 1.0 + math.sqrt(2 * math.log(shape.ep) / max(mean, 1.0))
 
-    def _compute_time(self, shape: Shape, rank_tokens: float, attention_flops: float, eff: float) -> float:
+    def _compute_time(self, shape: Shape, rank_tokens: float, attention_flops: float, eff: float,
+                      expert_slowdown: float = 1.0) -> float:
         group_tokens = rank_tokens * (shape.dp if shape.ep > 1 else 1)
-        linear = rank_tokens / shape.tp * (self._other_flops_per_token
-                                           + self._expert_flops_per_token * self._imbalance(shape, group_tokens))
+        experts = self._expert_flops_per_token * self._imbalance(shape, group_tokens) * expert_slowdown
+        linear = rank_tokens / shape.tp * (self._other_flops_per_token + experts)
         return (linear / self.chip.peak_flops(self._q.compute_precision)
                 + attention_flops / shape.tp / self.chip.bf16_flops) / eff
 
@@ -139,34 +142,48 @@ class CostModel:
             self._link_cache[shape] = Links.on(self.cluster, shape)
         return self._link_cache[shape]
 
-    def _layer_overhead(self, graph: bool) -> float:
-        """Fixed cost per layer of one forward pass: its kernels' launches, and the framework's own work per
-        layer (large when run op by op, small when a captured graph replays)."""
-        cal = self.cal
-        framework = cal.layer_overhead_graph_s if graph else cal.layer_overhead_eager_s
-        return cal.ops_per_layer * cal.kernel_launch_s + framework
+    def _kernel_launches(self, layers: float) -> float:
+        """The device's own fixed cost of the kernels of `layers` layers."""
+        return layers * self.cal.ops_per_layer * self.cal.kernel_launch_s
 
-    def _step_overhead(self, tokens: float) -> float:
-        """Per engine step: scheduling and input preparation, and sampling each token the step produces."""
-        return self.cal.step_overhead_s + tokens * self.cal.sampling_per_token_s
+    def _framework(self, layers: float, graph: GraphMode) -> float:
+        """The host's work to run `layers` layers: large op by op, less when graph pieces replay with attention
+        between them, least when one captured graph replays."""
+        cal = self.cal
+        return layers * {"eager": cal.layer_overhead_eager_s, "piecewise": cal.layer_overhead_piecewise_s,
+                         "full": cal.layer_overhead_graph_s}[graph]
+
+    def _step(self, device: float, framework: float, tokens: float) -> tuple[float, float]:
+        """(step time, its host part that shows) for a step whose kernels take the device `device` seconds, whose
+        layers take the host `framework` seconds to launch, and which samples `tokens` tokens. Launches queue ahead
+        of the device, so the two overlap. Scheduling and preparing the step runs before them, or, with async
+        scheduling, while the device runs the previous step."""
+        schedule = self.cal.step_overhead_s + tokens * self.cal.sampling_per_token_s
+        if self.mode.async_scheduling:
+            total = max(device, framework + schedule)
+        else:
+            total = schedule + max(device, framework)
+        return total, total - device
 
     # --- prefill ---------------------------------------------------------------------------------------------
     def prefill_time(self, shape: Shape, prompt_lens: Sequence[float]) -> Breakdown:
         """One prefill step of one DP rank over the prompts `prompt_lens` (every DP rank runs a like batch)."""
         tokens = float(sum(prompt_lens))
         attention = self._attn_dims[0] * self.model.num_layers * float(sum(n * n for n in prompt_lens))
-        compute = self._compute_time(shape, tokens, attention, self.cal.prefill_efficiency)
+        compute = self._compute_time(shape, tokens, attention, self.cal.prefill_efficiency,
+                                     1 / self.cal.prefill_expert_ratio)
         group_tokens = tokens * (shape.dp if shape.ep > 1 else 1)
         memory = self._weights_read(shape, group_tokens) / (self.chip.hbm_bandwidth * self.cal.hbm_efficiency)
         comm = self._collectives(shape, tokens, self._links(shape))
         comm_total = sum(comm.values())
         busy = max(compute, memory)
         exposed = max(0.0, comm_total - busy) if self.cal.prefill_overlap else comm_total
-        layers = self.model.num_layers * self._layer_overhead(graph=False)
-        step = self._step_overhead(len(prompt_lens))
+        layers = self.model.num_layers
+        total, host = self._step(busy + exposed + self._kernel_launches(layers), self._framework(layers, "eager"),
+                                 len(prompt_lens))
         parts = {"compute": compute, "weights_read": memory, **comm, "communication_exposed": exposed,
-                 "layer_overhead": layers, "step_overhead": step}
-        return Breakdown((busy + exposed + layers + step) * self.prefill_scale, parts)
+                 "kernel_launches": self._kernel_launches(layers), "host_exposed": host}
+        return Breakdown(total * self.prefill_scale, parts)
 
     def prefill_step_timer(self, shape: Shape) -> Callable[[float, float, int], float]:
         """prefill_time(shape, prompts).total as a function of the batch's tokens, the sum of its prompts' squared
@@ -176,7 +193,7 @@ class CostModel:
         cal, m = self.cal, self.model
         eff, flops = cal.prefill_efficiency, self.chip.peak_flops(self._q.compute_precision)
         other = self._other_flops_per_token / shape.tp / flops / eff
-        expert = self._expert_flops_per_token / shape.tp / flops / eff
+        expert = self._expert_flops_per_token / shape.tp / flops / eff / cal.prefill_expert_ratio
         attention = self._attn_dims[0] * m.num_layers / shape.tp / self.chip.bf16_flops / eff
         group = shape.dp if shape.ep > 1 else 1
         bandwidth = self.chip.hbm_bandwidth * cal.hbm_efficiency
@@ -186,8 +203,8 @@ class CostModel:
         links = self._links(shape)
         comm_fixed = sum(self._collectives(shape, 0.0, links).values())
         comm_per_token = sum(self._collectives(shape, 1.0, links).values()) - comm_fixed
-        fixed = m.num_layers * self._layer_overhead(graph=False) + cal.step_overhead_s
-        imbalance, overlap, scale = self._imbalance, cal.prefill_overlap, self.prefill_scale
+        launches, framework = self._kernel_launches(m.num_layers), self._framework(m.num_layers, "eager")
+        imbalance, overlap, scale, run = self._imbalance, cal.prefill_overlap, self.prefill_scale, self._step
 
         def step(tokens: float, square_sum: float, count: int) -> float:
             compute = tokens * (other + expert * imbalance(shape, tokens * group)) + attention * square_sum
@@ -195,7 +212,7 @@ class CostModel:
             busy = max(compute, memory)
             comm = comm_fixed + comm_per_token * tokens
             exposed = max(0.0, comm - busy) if overlap else comm
-            return (busy + exposed + fixed + count * cal.sampling_per_token_s) * scale
+            return run(busy + exposed + launches, framework, count)[0] * scale
 
         return step
 
@@ -220,22 +237,22 @@ class CostModel:
         weights = self._weights_read(shape, group_tokens) / bandwidth
         kv = batch_per_rank * context * m.kv_bytes_per_token_per_device(shape.tp, self.kv_dtype) / bandwidth
         comm = self._collectives(shape, rank_tokens, self._links(shape))
-        per_layer = self._layer_overhead(cal.decode_graph_mode)
-        layers = m.num_layers * per_layer
-        step = self._step_overhead(rank_tokens)
+        graph = self.mode.decode_graph
         # Each kernel is bound by its own compute or its own memory traffic: the linear layers by the weights
         # they stream, attention by the KV cache it reads (a roofline per kind of operator, then summed).
         busy = max(linear, weights) + max(compute - linear, kv)
-        main = busy + sum(comm.values()) + layers + step
+        launches = self._kernel_launches(m.num_layers)
+        main, host = self._step(busy + sum(comm.values()) + launches, self._framework(m.num_layers, graph),
+                                rank_tokens)
         draft = 0.0
         if mtp:
             draft_layers = max(1, m.mtp_layers)
             draft_comm = self._collectives(shape, batch_per_rank, self._links(shape))
-            per_pass = (draft_layers / m.num_layers * (busy + sum(draft_comm.values())) + draft_layers * per_layer
-                        + self._step_overhead(batch_per_rank))
-            draft = mtp * per_pass
-        parts = {"compute": compute, "weights_read": weights, "kv_read": kv, **comm, "layer_overhead": layers,
-                 "step_overhead": step, "mtp_draft": draft}
+            pass_device = (draft_layers / m.num_layers * (busy + sum(draft_comm.values()))
+                           + self._kernel_launches(draft_layers))
+            draft = mtp * self._step(pass_device, self._framework(draft_layers, graph), batch_per_rank)[0]
+        parts = {"compute": compute, "weights_read": weights, "kv_read": kv, **comm, "kernel_launches": launches,
+                 "host_exposed": host, "mtp_draft": draft}
         return Breakdown((main + draft) * self.decode_scale, parts)
 
     def tpot(self, shape: Shape, batch_per_rank: float, context: float, mtp: int = 0,
@@ -255,6 +272,10 @@ class CostModel:
         return int(self.memory(shape, gpu_memory_utilization).kv_capacity_tokens // max(tokens_per_sequence, 1.0))
 
     # --- KV transfer -----------------------------------------------------------------------------------------
+    def request_overhead(self) -> float:
+        """What a request's TTFT holds beyond the engine's steps: the server's path to the first token."""
+        return self.cal.request_overhead_s
+
     def kv_transfer_time(self, prefill: Shape, tokens: float, link: LinkTier | None) -> float:
         """Moving one prompt's KV from a prefill rank to decode over `link` (None: the same devices): each of the
         rank's TP devices sends its share in parallel."""

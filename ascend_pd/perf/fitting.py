@@ -1,21 +1,25 @@
-"""Fitting calibration values to measured serving figures, with the residual of every row and leave-one-out errors.
+"""Fitting calibration values to measured serving figures, with the residual of every row and its error when fitted
+without it (leave-one-row-out) or without its whole source (leave-one-source-out).
 
 A row is one measured operating point: decode TPOT at a known batch per DP rank and context, or prefill TTFT of a
-known prompt at low load. The fit minimises the squared log-ratio of predicted to measured over the rows, one value
-at a time by golden-section search inside its bounds, sweeping until the values settle (the model is monotone in each
-value, and there are two or three of them).
+known prompt at low load or of a burst of prompts. The fit minimises the squared log-ratio of predicted to measured over the rows, each source
+weighing the same, inside each value's bounds.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
 
 from ascend_pd.hardware import Cluster, LinkTier
 from ascend_pd.models import ModelSpec
 from ascend_pd.perf.calibration import Calibration
 from ascend_pd.perf.cost import CostModel
+from ascend_pd.perf.exec_mode import ExecMode
 from ascend_pd.perf.shape import Shape
 
 # What each value may be fitted within (seconds for the fixed costs).
@@ -25,16 +29,22 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "decode_efficiency": (1e-4, 1.0),
     "hbm_efficiency": (0.01, 1.0),
     "kernel_launch_s": (0.0, 1e-3),
-    "layer_overhead_eager_s": (0.0, 0.05),
-    "layer_overhead_graph_s": (0.0, 0.02),
+    "layer_overhead_eager_s": (0.0, 0.002),
+    "layer_overhead_graph_s": (0.0, 0.001),
     "collective_launch_s": (0.0, 0.01),
     "step_overhead_s": (0.0, 1.0),
     "sampling_per_token_s": (0.0, 1e-3),
+    "layer_overhead_piecewise_s": (0.0, 0.002),
+    "request_overhead_s": (0.0, 2.0),
+    "prefill_expert_ratio": (0.01, 1.0),
 }
 AT_BOUND = 1e-3  # a fitted value within this share of its range from an end sits on the bound
-SWEEPS = 8
-GOLDEN_STEPS = 40
-
+MAX_STEPS = 80  # damped Gauss-Newton steps; a fit settles in 10 to 30
+# Shares of each value's range tried one value at a time before the steps: a step time is the larger of the host's
+# and the device's, so a value can sit where it changes nothing and no derivative says which way to go.
+SCAN = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)
+SCAN_SWEEPS = 2
+STEP = 1e-5  # finite-difference step, as a share of each value's range
 
 @dataclass(frozen=True)
 class Row:
@@ -59,18 +69,44 @@ class Row:
     decode_shape: Shape | None = None
     kv_link: LinkTier | None = None
     kv_mode: str = "pull"
+    source: str = ""  # the document the row comes from: rows of one source are left out together
+    mode: ExecMode = ExecMode()  # how the measured engine ran its steps
+    step_tokens: float = 0.0  # ttft of a burst: prompts prefilled this many tokens per step (0: all in one step)
 
     def predict(self, calibration: Calibration) -> float:
-        cost = CostModel(self.model, self.cluster.chip, self.cluster, self.quantization, self.kv_dtype, calibration)
+        cost = CostModel(self.model, self.cluster.chip, self.cluster, self.quantization, self.kv_dtype, calibration,
+                         mode=self.mode)
         if self.metric == "tpot":
             return cost.tpot(self.shape, self.batch_per_rank, self.context, self.mtp, self.mtp_acceptance)
+        if self.step_tokens:
+            return _burst_ttft(cost, self.shape, self.prompt, round(self.prompts_in_flight), self.step_tokens)
         batch = [self.prompt] * max(1, round(self.prompts_in_flight))
-        prefill = cost.prefill_time(self.shape, batch).total
+        prefill = cost.prefill_time(self.shape, batch).total + cost.request_overhead()
         if self.decode_shape is None:
             return prefill
         transfer = cost.kv_transfer_time(self.shape, self.prompt, self.kv_link)
         first_step = cost.decode_step(self.decode_shape, self.batch_per_rank, self.prompt, self.mtp).total
         return prefill + cost.kv_exposed_time(transfer, prefill, self.kv_mode) + first_step
+
+
+def _burst_ttft(cost: CostModel, shape: Shape, prompt: float, count: int, step_tokens: float) -> float:
+    """Mean TTFT of `count` prompts arriving together, prefilled in order `step_tokens` at a time: each prompt's
+    first token comes with the step that holds its last token."""
+    left = [prompt] * count
+    now, done = 0.0, []
+    while left:
+        budget, chunks = step_tokens, []
+        for i, tokens in enumerate(left):
+            take = min(tokens, budget)
+            chunks.append(take)
+            left[i] -= take
+            budget -= take
+            if budget <= 0:
+                break
+        now += cost.prefill_time(shape, chunks).total
+        done += [now] * sum(1 for tokens in left if tokens <= 0)
+        left = [tokens for tokens in left if tokens > 0]
+    return sum(done) / count + cost.request_overhead()
 
 
 @dataclass(frozen=True)
@@ -80,56 +116,92 @@ class FitResult:
     residuals: list[tuple[Row, float, float]]  # (row, predicted seconds, predicted / measured - 1)
     leave_one_out: list[float | None]  # per row of residuals: predicted / measured - 1 when fitted without it
     at_bounds: list[str]  # fitted values that ended on an end of their range: the rows ask for more
+    # per row of residuals: predicted / measured - 1 when fitted without every row of its source (None with one
+    # source, or when asked not to)
+    leave_source_out: list[float | None] = field(default_factory=list)
 
 
-
-def _loss(calibration: Calibration, rows: Sequence[Row]) -> float:
-    return sum(math.log(row.predict(calibration) / row.measured) ** 2 for row in rows)
-
-
-def _golden(f: Callable[[float], float], low: float, high: float) -> float:
-    ratio = (math.sqrt(5) - 1) / 2
-    a, b = low, high
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(GOLDEN_STEPS):
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = f(d)
-    return (a + b) / 2
+def _weights(rows: Sequence[Row]) -> np.ndarray:
+    """Each source weighs as much as any other in a fit, however many rows it publishes."""
+    per_source = Counter(row.source for row in rows)
+    return np.array([1.0 / per_source[row.source] for row in rows])
 
 
 def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> dict[str, float]:
-    """The values of `names` that make `rows` fit best, starting from `base`."""
-    values = {name: float(getattr(base, name)) for name in names}
-    for _ in range(SWEEPS):
-        before = dict(values)
-        for name in names:
-            low, high = BOUNDS[name]
-            values[name] = _golden(lambda v: _loss(base.with_values(**{**values, name: v}), rows), low, high)
-        if all(math.isclose(values[n], before[n], rel_tol=1e-4, abs_tol=1e-9) for n in names):
+    """The values of `names` that make `rows` fit best, starting from `base`: the least squares of the log-ratios
+    of predicted to measured, by damped Gauss-Newton (Levenberg-Marquardt) steps with numerical derivatives, each
+    value kept inside its bounds (fitted on its range scaled to 0..1), after a coarse scan of each value."""
+    low = np.array([BOUNDS[name][0] for name in names])
+    span = np.array([BOUNDS[name][1] for name in names]) - low
+    root_weights = np.sqrt(_weights(rows))
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        calibration = base.with_values(**dict(zip(names, (low + u * span).tolist())))
+        return root_weights * np.array([math.log(row.predict(calibration) / row.measured) for row in rows])
+
+    u = np.clip((np.array([float(getattr(base, name)) for name in names]) - low) / span, 0.0, 1.0)
+    r = residuals(u)
+    for _ in range(SCAN_SWEEPS):
+        for k in range(len(names)):
+            for share in SCAN:
+                trial = u.copy()
+                trial[k] = share
+                trial_r = residuals(trial)
+                if trial_r @ trial_r < r @ r:
+                    u, r = trial, trial_r
+    damping = 1e-3
+    for _ in range(MAX_STEPS):
+        jacobian = np.empty((r.size, len(names)))
+        for k in range(len(names)):
+            h = STEP if u[k] + STEP <= 1.0 else -STEP
+            shifted = u.copy()
+            shifted[k] += h
+            jacobian[:, k] = (residuals(shifted) - r) / h
+        normal, gradient = jacobian.T @ jacobian, jacobian.T @ r
+        improved = False
+        while damping < 1e12:
+            step = np.linalg.solve(normal + damping * (np.diag(np.diag(normal)) + np.eye(len(names)) * 1e-12),
+                                   -gradient)
+            trial = np.clip(u + step, 0.0, 1.0)
+            trial_r = residuals(trial)
+            if trial_r @ trial_r < r @ r:
+                improved = (r @ r - trial_r @ trial_r) > 1e-12 * max(r @ r, 1e-30)
+                u, r, damping = trial, trial_r, max(damping / 3, 1e-9)
+                break
+            damping *= 4
+        if not improved:
             break
-    return values
+    return dict(zip(names, (low + u * span).tolist()))
 
 
-def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> FitResult:
+def _held_out(base: Calibration, rows: Sequence[Row], names: Sequence[str], out: Sequence[bool]) -> list[float]:
+    """Errors of the rows marked `out` under a fit to the others (from `base`, as every fit here starts)."""
+    kept = [row for row, left in zip(rows, out) if not left]
+    fitted = base.with_values(**fit_values(base, kept, names))
+    return [err for _, _, err in errors(fitted, [row for row, left in zip(rows, out) if left])]
+
+
+def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str], by_source: bool = False) -> FitResult:
     """Fit `names` to `rows`; report each row's residual and, with more rows than values, its leave-one-out error
-    (the row predicted by a fit to the others)."""
+    (the row predicted by a fit to the others). With `by_source`, also each row's error under a fit to the other
+    sources' rows only: a source's rows share its hardware, version and habits, so leaving one row out flatters."""
     values = fit_values(base, rows, names)
     fitted = base.with_values(**values)
     loo: list[float | None] = [None] * len(rows)
     if len(rows) > len(names):
-        for i, row in enumerate(rows):
-            others = [r for j, r in enumerate(rows) if j != i]
-            loo[i] = errors(base.with_values(**fit_values(base, others, names)), [row])[0][2]
+        for i in range(len(rows)):
+            loo[i] = _held_out(base, rows, names, [j == i for j in range(len(rows))])[0]
+    loso: list[float | None] = [None] * len(rows)
+    sources = sorted({row.source for row in rows})
+    if by_source and len(sources) > 1:
+        for source in sources:
+            out = [row.source == source for row in rows]
+            held = _held_out(base, rows, names, out)
+            for i, err in zip([i for i, left in enumerate(out) if left], held):
+                loso[i] = err
     at_bounds = [name for name, value in values.items()
                  if min(abs(value - end) for end in BOUNDS[name]) <= AT_BOUND * (BOUNDS[name][1] - BOUNDS[name][0])]
-    return FitResult(values, fitted, errors(fitted, rows), loo, at_bounds)
+    return FitResult(values, fitted, errors(fitted, rows), loo, at_bounds, loso)
 
 
 def errors(calibration: Calibration, rows: Sequence[Row]) -> list[tuple[Row, float, float]]:

@@ -20,9 +20,11 @@ import yaml
 
 from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.deploy import load_deployment
+from ascend_pd.deploy.engine_flags import execution_mode
 from ascend_pd.deploy.schema import Instance
 from ascend_pd.deploy.vllm_flags import draft_config
 from ascend_pd.errors import InputError
+from ascend_pd.hardware.platform import platform_of
 from ascend_pd.models import get_model
 from ascend_pd.perf.calibration import DEFAULT_PROFILE, load_calibration, shipped_profiles
 from ascend_pd.perf.fitting import BOUNDS, FitResult, Row, fit
@@ -122,17 +124,21 @@ def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult],
                                        cluster.device(d_leader.node, d_leader.devices[0]))
     common = dict(model=model, cluster=cluster, quantization=deployment.model.quantization,
                   kv_dtype=deployment.model.kv_cache_dtype)
+    platform, mla = platform_of(cluster), model.mla is not None
+    implementation = deployment.connector.implementation
+    decode_mode = execution_mode(platform, implementation, decoders[0], mla)
+    prefill_mode = execution_mode(platform, implementation, first[0], mla)
     rows = []
     for r in results:
         name = Path(r.path).name
         batch = max(1.0, r.output_throughput * r.mean_tpot / decode_ranks)
         rows.append(Row(label=f"{name} TPOT", metric="tpot", shape=decode_shape, measured=r.mean_tpot,
                         batch_per_rank=batch, context=r.mean_input + r.mean_output / 2, mtp=mtp,
-                        mtp_acceptance=mtp_acceptance if mtp else 0.0, **common))
+                        mtp_acceptance=mtp_acceptance if mtp else 0.0, mode=decode_mode, **common))
         rows.append(Row(label=f"{name} TTFT", metric="ttft", shape=prefill_shape, measured=r.mean_ttft,
                         prompt=r.mean_input, prompts_in_flight=r.request_throughput * r.mean_ttft / prefill_ranks,
                         batch_per_rank=batch, mtp=mtp, decode_shape=decode_shape if disaggregated else None,
-                        kv_link=kv_link, kv_mode=deployment.connector.mode, **common))
+                        kv_link=kv_link, kv_mode=deployment.connector.mode, mode=prefill_mode, **common))
     return rows
 
 

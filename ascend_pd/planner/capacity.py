@@ -106,7 +106,7 @@ def prefill_pool(cost: CostModel, option: Option, req: Requirements, requests: i
 def prefill_ttft(cost: CostModel, pool: PrefillPool, req: Requirements, rate: float, ranks: int,
                  kv_span_devices: int, first_step: float) -> np.ndarray:
     """TTFT of each request: its wait and batch on the prefill pool, the KV transfer that batch leaves exposed,
-    and decode's first step."""
+    decode's first step and the server's own path to the first token."""
     run = pool.run(rate, ranks)
     prompts = np.asarray(pool.prompts, dtype=float)[-run.latency.size:]
     link = cost.kv_link(kv_span_devices)
@@ -114,7 +114,7 @@ def prefill_ttft(cost: CostModel, pool: PrefillPool, req: Requirements, rate: fl
     transfers = fixed + prompts * (cost.kv_transfer_time(pool.shape, 1.0, link) - fixed)
     exposed = transfers if req.kv_mode != "push" else np.maximum(transfers / cost.model.num_layers,
                                                                  transfers - run.batch_duration)
-    return run.latency + exposed + first_step
+    return run.latency + exposed + first_step + cost.request_overhead()
 
 
 def prefill_attainment(cost: CostModel, pool: PrefillPool, req: Requirements, rate: float, ranks: int,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from ascend_pd.defaults import PROXY_POLICY, PROXY_PORT
@@ -11,6 +10,7 @@ from ascend_pd.deploy.schema import (SLO, Connector, Deployment, DevicePlacement
 from ascend_pd.hardware import Cluster, Device, shipped_clusters
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import Option, Requirements
+from ascend_pd.planner.modes import draft_args
 from ascend_pd.planner.ports import HostPorts
 from ascend_pd.planner.proxy_sizing import proxy_workers
 from ascend_pd.planner.search import Choice
@@ -33,17 +33,8 @@ def _placements(devices: list[Device], tp: int) -> list[DevicePlacement]:
             for i in range(0, len(devices), tp)]
 
 
-def _draft_args(role: str, mtp: int) -> list[str]:
-    """Every role of an MTP plan builds the draft layers: they own KV caches, and P and D must register the same
-    set. Prefill emits one token, so it drafts one (vllm-ascend's PD guide: 1 on P, at least 1 on D)."""
-    if not mtp:
-        return []
-    tokens = 1 if role == "prefill" else mtp
-    return ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": tokens})]
-
-
 def vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
-    extra = _draft_args(option.role, req.mtp)
+    extra = draft_args(option.role, req.mtp)
     if option.role == "prefill":
         full_length = cost.memory(option.shape, role="prefill").kv_capacity_tokens // req.max_model_len
         return VllmArgs(max_model_len=req.max_model_len, max_num_batched_tokens=option.chunk_tokens,

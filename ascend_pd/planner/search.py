@@ -14,6 +14,7 @@ from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
 from ascend_pd.planner.capacity import (FluidCurve, Option, Requirements, colocated_option, decode_option,
                                         prefill_ceiling, prefill_option)
+from ascend_pd.planner.modes import planned_costs
 
 Progress = Callable[[str, int, int], None]
 
@@ -95,15 +96,17 @@ def evaluate_options(cost: CostModel, req: Requirements, budget: int, progress: 
     span = min(budget, unit_devices(cost.cluster))
     options: dict[str, list[Option]] = {"prefill": [], "decode": [], "colocated": []}
     curve = FluidCurve.of(req)
+    costs = planned_costs(cost, req.mtp)  # each role priced in the mode its rendered engine runs
     for index, shape in enumerate(shapes):
         if progress:
             progress(shape.label(), index, len(shapes))
-        for role, found in (("decode", decode_option(cost, shape, req)),
-                            ("colocated", colocated_option(cost, shape, req, curve))):
+        for role, found in (("decode", decode_option(costs["decode"], shape, req)),
+                            ("colocated", colocated_option(costs["colocated"], shape, req, curve))):
             if found is not None:
                 options[role].append(found)
     # Prefill options are played out request by request, the costly part of the search: shapes go from the highest
     # ceiling per device down, and one whose ceiling is below the best rate per device found cannot win.
+    cost = costs["prefill"]
     ceilings = {shape: prefill_ceiling(cost, shape, req) for shape in shapes}
     best = 0.0
     for shape in sorted(shapes, key=lambda s: -ceilings[s] / s.devices):

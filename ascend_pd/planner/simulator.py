@@ -24,6 +24,7 @@ from ascend_pd.deploy.vllm_flags import draft_config
 from ascend_pd.hardware import LinkTier
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.shape import Shape
+from ascend_pd.planner.modes import instance_cost
 from ascend_pd.planner.replicas import MAX_SIMULATED_REQUESTS, identical_groups
 from ascend_pd.planner.workload import LengthSamples
 
@@ -135,15 +136,17 @@ class Simulation:
         cluster = cost.cluster
         tables: dict[tuple, StepTable] = {}
         groups: dict[str, tuple[list, list]] = {}
+        self.costs = {inst.name: instance_cost(cost, deployment, inst) for inst in deployment.instances}
         for inst in deployment.instances:
             shape = Shape(inst.parallel.tp, inst.parallel.dp, inst.parallel.ep, inst.parallel.pp)
             mtp = _mtp_tokens(inst)
+            cost = self.costs[inst.name]
             for _, leader, _ in inst.endpoints():
                 device = cluster.device(leader.node, leader.devices[0])
                 if inst.role == "prefill":
                     self.prefill.append(PrefillRank(inst, shape, device, inst.vllm.max_num_batched_tokens))
                     continue
-                key = (shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp)
+                key = (shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp, cost.mode)
                 if key not in tables:
                     tables[key] = StepTable(cost, shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp)
                 rank = DecodeRank(inst, shape, device, tables[key], inst.vllm.max_num_seqs,
@@ -183,7 +186,7 @@ class Simulation:
             batch.append(request)
             tokens += request.prompt
         rank.busy = True
-        duration = self.cost.prefill_time(rank.shape, [float(r.prompt) for r in batch]).total
+        duration = self.costs[rank.instance.name].prefill_time(rank.shape, [float(r.prompt) for r in batch]).total
         self.push(now + duration, "prefill_done", rank, batch, duration)
 
     def _prefill_done(self, now: float, rank: PrefillRank, batch: list[Request], duration: float) -> None:
@@ -283,7 +286,7 @@ class Simulation:
                 rank, version = payload
                 if version == rank.version:
                     self._rank_event(now, rank)
-        return summarise(requests, self.slo, warmup, duration)
+        return summarise(requests, self.slo, warmup, duration, self.cost.request_overhead())
 
     def _arrival(self, now: float, request: Request) -> None:
         if self.prefill:
@@ -316,11 +319,13 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def summarise(requests: list[Request], slo: SLO, warmup: float, duration: float) -> dict:
-    """Figures over requests that arrived in [warmup, duration); unfinished ones count as missing the SLO."""
+def summarise(requests: list[Request], slo: SLO, warmup: float, duration: float,
+              request_overhead: float = 0.0) -> dict:
+    """Figures over requests that arrived in [warmup, duration); unfinished ones count as missing the SLO. TTFT
+    adds the server's own path to the first token (`request_overhead` seconds), which no engine step holds."""
     counted = [r for r in requests if warmup <= r.arrival < duration]
     done = [r for r in counted if not math.isnan(r.finish)]
-    ttft = np.array([(r.first_token - r.arrival) * 1e3 for r in done])
+    ttft = np.array([(r.first_token - r.arrival + request_overhead) * 1e3 for r in done])
     tpot = np.array([(r.finish - r.first_token) / max(r.output - 1, 1) * 1e3 for r in done])
     met = int(np.sum((ttft <= slo.ttft_ms) & (tpot <= slo.tpot_ms))) if done else 0
     window = duration - warmup

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from ascend_pd.deploy.schema import Connector
 from ascend_pd.render.kv_config import KV_ABORT_TIMEOUT_S
-from ascend_pd.render.platform import NodeNetwork, Platform
+from ascend_pd.hardware.platform import Platform
+from ascend_pd.render.platform import NodeNetwork
 
 # HCCL's buffer for collective traffic in MB: prefill uses the smaller one, decode (large EP all-to-all) the larger,
 # as vllm-ascend's DeepSeek guide does.

@@ -1,21 +1,10 @@
-"""Which serving platform a cluster is (vllm-cpu, Ascend A2, Ascend A3) and each node's network after overrides."""
+"""Each node's network after the operator's overrides."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from ascend_pd.hardware import Cluster, Node
-
-Platform = Literal["cpu", "a2", "a3"]
-
-
-def platform_of(cluster: Cluster) -> Platform:
-    """cpu for the vllm-cpu stand-in, a3 for 910C (two dies per package), a2 for the single-die 910B family."""
-    chip = cluster.chip
-    if chip.id == "cpu":
-        return "cpu"
-    return "a3" if chip.dies_per_package == 2 else "a2"
+from ascend_pd.hardware import Node
 
 
 @dataclass(frozen=True)

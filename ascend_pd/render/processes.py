@@ -14,10 +14,11 @@ from ascend_pd.deploy.rules.base import Context
 from ascend_pd.deploy.rules.ports import port_claims
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
-from ascend_pd.render.engine_flags import engine_flags
+from ascend_pd.deploy.engine_flags import engine_flags
 from ascend_pd.render.environment import CpuCores, node_environment, process_environment
 from ascend_pd.render.kv_config import kv_transfer_config
-from ascend_pd.render.platform import NodeNetwork, Platform, node_network, platform_of
+from ascend_pd.hardware.platform import Platform, platform_of
+from ascend_pd.render.platform import NodeNetwork, node_network
 
 # The DP coordinator of an instance listens on http_port + this, on the host of DP rank 0.
 DP_RPC_PORT_OFFSET = 10000

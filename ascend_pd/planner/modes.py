@@ -1,0 +1,46 @@
+"""The execution mode of each engine, as its launch flags set it: what the cost model prices an instance with.
+
+A deployment's instances give their own flags; a plan prices the engines it will render, so it reads the flags of
+stand-in instances built with the arguments placement.py gives each role.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from ascend_pd.deploy.engine_flags import execution_mode
+from ascend_pd.deploy.schema import Deployment, DevicePlacement, Instance, VllmArgs
+from ascend_pd.hardware.platform import platform_of
+from ascend_pd.perf.cost import CostModel
+
+ROLES = ("prefill", "decode", "colocated")
+
+
+def instance_cost(cost: CostModel, deployment: Deployment, instance: Instance) -> CostModel:
+    """`cost` in the mode `instance`'s engine runs."""
+    mode = execution_mode(platform_of(cost.cluster), deployment.connector.implementation, instance,
+                          mla=cost.model.mla is not None)
+    return replace(cost, mode=mode)
+
+
+def draft_args(role: str, mtp: int) -> list[str]:
+    """The `--speculative-config` a plan renders. Every role of an MTP plan builds the draft layers: they own KV
+    caches, and P and D must register the same set. Prefill emits one token, so it drafts one (vllm-ascend's PD
+    guide: 1 on P, at least 1 on D)."""
+    if not mtp:
+        return []
+    tokens = 1 if role == "prefill" else mtp
+    return ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": tokens})]
+
+
+def planned_costs(cost: CostModel, mtp: int) -> dict[str, CostModel]:
+    """`cost` in the mode of the engine a plan renders for each role with `mtp` draft tokens. Graph mode and async
+    scheduling follow from the role, the platform and the draft, not from the instance's size."""
+    costs = {}
+    for role in ROLES:
+        stand_in = Instance(name=role, role=role, devices=[DevicePlacement(node="plan", devices=[0])], http_port=1,
+                            kv_port=1, vllm=VllmArgs(extra_args=draft_args(role, mtp)))
+        mode = execution_mode(platform_of(cost.cluster), "ascend-pd", stand_in, mla=cost.model.mla is not None)
+        costs[role] = replace(cost, mode=mode)
+    return costs
