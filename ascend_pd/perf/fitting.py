@@ -2,8 +2,8 @@
 without it (leave-one-row-out) or without its whole source (leave-one-source-out).
 
 A row is one measured operating point: decode TPOT at a known batch per DP rank and context, or prefill TTFT of a
-known prompt at low load or of a burst of prompts. The fit minimises the squared log-ratio of predicted to measured over the rows, each source
-weighing the same, inside each value's bounds.
+known prompt at low load or of a burst of prompts. The fit minimises the squared log-ratio of predicted to measured
+over the rows, a source's rows weighing 1 / sqrt(their number) each, inside each value's bounds.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -40,10 +40,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 AT_BOUND = 1e-3  # a fitted value within this share of its range from an end sits on the bound
 MAX_STEPS = 80  # damped Gauss-Newton steps; a fit settles in 10 to 30
-# Shares of each value's range tried one value at a time before the steps: a step time is the larger of the host's
-# and the device's, so a value can sit where it changes nothing and no derivative says which way to go.
-SCAN = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)
-SCAN_SWEEPS = 2
+# Points of each value's range (scaled to 0..1) tried one value at a time before each descent.
+SCAN = (0.0, *np.geomspace(1e-6, 1.0, 19))  # costs that may be 0: steps of about 2x over six decades
+LOG_SCAN = tuple(np.linspace(0.0, 1.0, 21))  # efficiencies, fitted on their log: even steps of it
+SCAN_SWEEPS = 3
 STEP = 1e-5  # finite-difference step, as a share of each value's range
 
 @dataclass(frozen=True)
@@ -121,38 +121,36 @@ class FitResult:
     leave_source_out: list[float | None] = field(default_factory=list)
 
 
-def _weights(rows: Sequence[Row]) -> np.ndarray:
-    """Each source weighs as much as any other in a fit, however many rows it publishes."""
+WEIGHTINGS = {"sqrt": 0.5, "rows": 0.0, "sources": 1.0}  # name -> power of a source's row count each row divides by
+
+
+def _weights(rows: Sequence[Row], weighting: str = "sqrt") -> np.ndarray:
+    """Each row weighs 1 / sqrt(rows of its source): one source's rows share its hardware, version and habits, so
+    its n rows tell more than one row and less than n independent ones. `rows` weighs every row the same,
+    `sources` every source (tools/calibration_weights.py compares the three)."""
     per_source = Counter(row.source for row in rows)
-    return np.array([1.0 / per_source[row.source] for row in rows])
+    return np.array([per_source[row.source] ** -WEIGHTINGS[weighting] for row in rows])
 
 
-def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> dict[str, float]:
-    """The values of `names` that make `rows` fit best, starting from `base`: the least squares of the log-ratios
-    of predicted to measured, by damped Gauss-Newton (Levenberg-Marquardt) steps with numerical derivatives, each
-    value kept inside its bounds (fitted on its range scaled to 0..1), after a coarse scan of each value."""
-    low = np.array([BOUNDS[name][0] for name in names])
-    span = np.array([BOUNDS[name][1] for name in names]) - low
-    root_weights = np.sqrt(_weights(rows))
+def _scales(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(low, span, logarithmic) of each value's range: a value whose range starts above 0 (an efficiency) is fitted
+    on the log of it, where a time it divides is near linear; the others, costs that may be 0, on the value."""
+    low = np.array([BOUNDS[name][0] for name in names], dtype=float)
+    high = np.array([BOUNDS[name][1] for name in names], dtype=float)
+    logarithmic = low > 0
+    low_t = np.where(logarithmic, np.log(np.where(logarithmic, low, 1.0)), low)
+    high_t = np.where(logarithmic, np.log(np.where(logarithmic, high, 1.0)), high)
+    return low_t, high_t - low_t, logarithmic
 
-    def residuals(u: np.ndarray) -> np.ndarray:
-        calibration = base.with_values(**dict(zip(names, (low + u * span).tolist())))
-        return root_weights * np.array([math.log(row.predict(calibration) / row.measured) for row in rows])
 
-    u = np.clip((np.array([float(getattr(base, name)) for name in names]) - low) / span, 0.0, 1.0)
-    r = residuals(u)
-    for _ in range(SCAN_SWEEPS):
-        for k in range(len(names)):
-            for share in SCAN:
-                trial = u.copy()
-                trial[k] = share
-                trial_r = residuals(trial)
-                if trial_r @ trial_r < r @ r:
-                    u, r = trial, trial_r
+def _descend(residuals: Callable[[np.ndarray], np.ndarray], u: np.ndarray,
+             r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Damped Gauss-Newton (Levenberg-Marquardt) steps from `u` inside 0..1, with numerical derivatives, until a
+    step no longer lowers the squared residuals."""
     damping = 1e-3
     for _ in range(MAX_STEPS):
-        jacobian = np.empty((r.size, len(names)))
-        for k in range(len(names)):
+        jacobian = np.empty((r.size, u.size))
+        for k in range(u.size):
             h = STEP if u[k] + STEP <= 1.0 else -STEP
             shifted = u.copy()
             shifted[k] += h
@@ -160,8 +158,7 @@ def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> 
         normal, gradient = jacobian.T @ jacobian, jacobian.T @ r
         improved = False
         while damping < 1e12:
-            step = np.linalg.solve(normal + damping * (np.diag(np.diag(normal)) + np.eye(len(names)) * 1e-12),
-                                   -gradient)
+            step = np.linalg.solve(normal + damping * (np.diag(np.diag(normal)) + np.eye(u.size) * 1e-12), -gradient)
             trial = np.clip(u + step, 0.0, 1.0)
             trial_r = residuals(trial)
             if trial_r @ trial_r < r @ r:
@@ -171,32 +168,72 @@ def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> 
             damping *= 4
         if not improved:
             break
-    return dict(zip(names, (low + u * span).tolist()))
+    return u, r
 
 
-def _held_out(base: Calibration, rows: Sequence[Row], names: Sequence[str], out: Sequence[bool]) -> list[float]:
-    """Errors of the rows marked `out` under a fit to the others (from `base`, as every fit here starts)."""
+def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str],
+               near: dict[str, float] | None = None, weighting: str = "sqrt") -> dict[str, float]:
+    """The values of `names` that make `rows` fit best, starting from `base`: the least squares of the log-ratios
+    of predicted to measured, each value inside its bounds. Rounds of a coarse scan of each value in turn, then
+    descent from the best point: a step takes the longer of host and device, so a value can sit where it changes
+    nothing, and no derivative there says which way to go. With `near` (a fit to rows much like these), only the
+    descent from there."""
+    low, span, logarithmic = _scales(names)
+    root_weights = np.sqrt(_weights(rows, weighting))
+
+    def values_of(u: np.ndarray) -> np.ndarray:
+        t = low + u * span
+        return np.where(logarithmic, np.exp(t), t)
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        calibration = base.with_values(**dict(zip(names, values_of(u).tolist())))
+        return root_weights * np.array([math.log(row.predict(calibration) / row.measured) for row in rows])
+
+    start = np.array([float(near[name] if near else getattr(base, name)) for name in names])
+    t = np.where(logarithmic, np.log(np.maximum(start, 1e-300)), start)
+    u = np.clip((t - low) / span, 0.0, 1.0)
+    r = residuals(u)
+    if near:
+        return dict(zip(names, values_of(_descend(residuals, u, r)[0]).tolist()))
+    for _ in range(SCAN_SWEEPS):  # scan each value, then descend from there; the next scan may find a lower valley
+        for k in range(len(names)):
+            for share in (LOG_SCAN if logarithmic[k] else SCAN):
+                trial = u.copy()
+                trial[k] = share
+                trial_r = residuals(trial)
+                if trial_r @ trial_r < r @ r:
+                    u, r = trial, trial_r
+        u, r = _descend(residuals, u, r)
+    return dict(zip(names, values_of(u).tolist()))
+
+
+def _held_out(base: Calibration, rows: Sequence[Row], names: Sequence[str], out: Sequence[bool],
+              near: dict[str, float] | None, weighting: str) -> list[float]:
+    """Errors of the rows marked `out` under a fit to the others (from `base`, or descending from `near`)."""
     kept = [row for row, left in zip(rows, out) if not left]
-    fitted = base.with_values(**fit_values(base, kept, names))
+    fitted = base.with_values(**fit_values(base, kept, names, near, weighting))
     return [err for _, _, err in errors(fitted, [row for row, left in zip(rows, out) if left])]
 
 
-def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str], by_source: bool = False) -> FitResult:
-    """Fit `names` to `rows`; report each row's residual and, with more rows than values, its leave-one-out error
-    (the row predicted by a fit to the others). With `by_source`, also each row's error under a fit to the other
-    sources' rows only: a source's rows share its hardware, version and habits, so leaving one row out flatters."""
-    values = fit_values(base, rows, names)
+def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str], by_source: bool = False,
+        weighting: str = "sqrt", by_row: bool = True) -> FitResult:
+    """Fit `names` to `rows`; report each row's residual and, with `by_row` and more rows than values, its
+    leave-one-out error (the row predicted by a fit to the others, descending from the whole fit: one row moves
+    the optimum a little).
+    With `by_source`, also each row's error under a fit to the other sources' rows only, from `base` as the whole
+    fit: a source's rows share its hardware, version and habits, so leaving one row out flatters."""
+    values = fit_values(base, rows, names, weighting=weighting)
     fitted = base.with_values(**values)
     loo: list[float | None] = [None] * len(rows)
-    if len(rows) > len(names):
+    if by_row and len(rows) > len(names):
         for i in range(len(rows)):
-            loo[i] = _held_out(base, rows, names, [j == i for j in range(len(rows))])[0]
+            loo[i] = _held_out(base, rows, names, [j == i for j in range(len(rows))], values, weighting)[0]
     loso: list[float | None] = [None] * len(rows)
     sources = sorted({row.source for row in rows})
     if by_source and len(sources) > 1:
         for source in sources:
             out = [row.source == source for row in rows]
-            held = _held_out(base, rows, names, out)
+            held = _held_out(base, rows, names, out, None, weighting)
             for i, err in zip([i for i, left in enumerate(out) if left], held):
                 loso[i] = err
     at_bounds = [name for name, value in values.items()

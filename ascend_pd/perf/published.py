@@ -116,16 +116,16 @@ def _validation() -> dict:
     return yaml.safe_load(VALIDATION_FILE.read_text(encoding="utf-8"))
 
 
-def nearest_rows(profile: str, model: ModelSpec, chip_id: str, quantization: str, shape: Shape, mode: ExecMode,
-                 count: int = 3) -> list[NearRow]:
-    """The `count` published rows of `profile` most like a deployment of `model` in `shape` and `mode`, with the
-    error the profile made on each when it had not seen its source: how far to trust the profile there."""
+def nearest_rows(profile: str, metric: str, model: ModelSpec, chip_id: str, quantization: str, shape: Shape,
+                 mode: ExecMode, count: int = 3) -> list[NearRow]:
+    """The `count` published `metric` rows of `profile` most like a deployment of `model` in `shape` and `mode`,
+    with the error the profile made on each when it had not seen its source: how far to trust the profile there."""
     if profile not in _validation():
         return []
     judged = {entry["label"]: entry for entry in _validation()[profile]["rows"]}
     rows = profile_rows(profile)
     near = []
-    for row in rows.fit + rows.holdout:
+    for row in (r for r in rows.fit + rows.holdout if r.metric == metric):
         entry = judged.get(row.label, {})
         error = entry.get("leave_source_out", entry.get("error") if entry.get("use") == "holdout" else None)
         near.append(NearRow(row.label, row.source, row.metric, error,

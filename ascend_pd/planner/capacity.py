@@ -284,7 +284,8 @@ def colocated_option(cost: CostModel, shape: Shape, req: Requirements, curve: Fl
             by_tpot_and_slots = _highest(within, ceiling)
             if best is not None and by_tpot_and_slots * shape.dp <= best.rate:
                 continue
-            by_ttft = curve.rate_within(req.ttft, (step + chunk_time) / chunk)
+            # the server's way to the first token comes out of the TTFT budget before any chunk step
+            by_ttft = curve.rate_within(req.ttft - cost.request_overhead(), (step + chunk_time) / chunk)
             rate = min(by_tpot_and_slots, by_ttft)
             if rate > 0 and (best is None or rate * shape.dp > best.rate):
                 mean_step = colocated_mean_step(rate, step, chunk_time, chunks_per_request, lockstep)

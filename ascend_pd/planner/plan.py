@@ -16,6 +16,7 @@ from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import (PREDICT_REPEATS, Requirements, colocated_operating_point,
                                         decode_operating_tpot, prefill_pool, prefill_ttft)
+from ascend_pd.planner.modes import planned_costs
 from ascend_pd.planner.prefill_queue import PrefillPool
 from ascend_pd.planner.placement import build_deployment
 from ascend_pd.planner.search import Choice, Progress, SearchResult, search, unit_devices
@@ -76,18 +77,19 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
     group_rate = rate / units
     devices = choice.devices * units
     span = min(budget, unit_devices(cost.cluster))
+    costs = planned_costs(cost, req.mtp)  # each role priced in the mode its rendered engine runs
     decode = choice.option("decode") or choice.option("colocated")
     decode_ranks = choice.count(decode.role) * decode.shape.dp
     if decode.role == "colocated":
-        tpot, per_token = colocated_operating_point(cost, decode, req, group_rate / decode_ranks)
+        tpot, per_token = colocated_operating_point(costs["colocated"], decode, req, group_rate / decode_ranks)
         pool = PrefillPool.fluid(req.lengths.input_tokens, per_token, PREDICT_REPEATS)
-        times = pool.run(group_rate, decode_ranks).latency
+        times = pool.run(group_rate, decode_ranks).latency + cost.request_overhead()
     else:
-        tpot = decode_operating_tpot(cost, decode, req, group_rate / decode_ranks)
+        tpot = decode_operating_tpot(costs["decode"], decode, req, group_rate / decode_ranks)
         prefill = choice.option("prefill")
         ranks = choice.count("prefill") * prefill.shape.dp
-        pool = prefill_pool(cost, prefill, req, repeats=PREDICT_REPEATS)
-        times = prefill_ttft(cost, pool, req, group_rate, ranks, span, tpot * req.accepted)
+        pool = prefill_pool(costs["prefill"], prefill, req, repeats=PREDICT_REPEATS)
+        times = prefill_ttft(costs["prefill"], pool, req, group_rate, ranks, span, tpot * req.accepted)
     ttft_ok = float(np.mean(times <= req.ttft))
     ttft = {f"p{q}": float(np.percentile(times, q)) * 1e3 for q in (50, 90, 99)}
     attainment = ttft_ok if tpot <= req.tpot else 0.0

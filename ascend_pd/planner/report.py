@@ -8,7 +8,10 @@ from typing import Any
 
 from ascend_pd.deploy import dump_deployment
 from ascend_pd.perf.cost import CostModel
+from ascend_pd.perf.published import nearest_rows
+from ascend_pd.perf.shape import Shape
 from ascend_pd.planner.capacity import Option
+from ascend_pd.planner.modes import planned_costs
 from ascend_pd.planner.pareto import Point, frontier, pareto_points, write_csv, write_png
 from ascend_pd.planner.plan import PlanOutcome
 from ascend_pd.planner.proxy_sizing import proxy_cores
@@ -72,7 +75,27 @@ def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
         "search_seconds": outcome.search_seconds,
         "calibration": {"profile": cost.cal.name, "values": {k: v for k, v in cost.cal.as_dict().items()
                                                              if k != "name"}},
+        "trust": _trust(cost, outcome, best),
     }
+
+
+def _trust(cost: CostModel, outcome: PlanOutcome, best: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per role of the plan: the execution mode it is priced in, and the published rows of the calibration profile
+    nearest to it, each with the error the profile made there without that row's source."""
+    costs = planned_costs(cost, outcome.requirements.mtp)
+    out = []
+    for role in ("prefill", "decode", "colocated"):
+        if not best.get(role):
+            continue
+        parallel = best[role]["parallel"]
+        shape = Shape(parallel["tp"], parallel["dp"], parallel["ep"])
+        mode = costs[role].mode
+        near = nearest_rows(cost.cal.name, "ttft" if role == "prefill" else "tpot", cost.model, cost.chip.id,
+                            cost.quantization, shape, mode)
+        out.append({"role": role, "mode": mode.label(),
+                    "nearest": [{"row": r.label, "source": r.source, "metric": r.metric,
+                                 "error_without_its_source": r.error} for r in near]})
+    return out
 
 
 def _proxy_json(outcome: PlanOutcome) -> dict[str, Any]:
@@ -126,7 +149,27 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
     lines += ["", f"Files: deployment.yaml (`ascend-pd validate`, `ascend-pd simulate`), plan.json, pareto.csv, "
               f"pareto.png. Deployment name: {deployment_name}.", "",
               f"Cost model calibration: `{data['calibration']['profile']}` (its values are in plan.json).", ""]
+    lines += _trust_md(data["trust"], data["calibration"]["profile"])
     return "\n".join(lines)
+
+
+def _trust_md(trust: list[dict[str, Any]], profile: str) -> list[str]:
+    lines = ["## How far to trust the figures", ""]
+    for part in trust:
+        lines.append(f"- {part['role']}: priced in {part['mode']}, the mode its rendered flags give it (graph mode, "
+                     "and async scheduling where it is on)")
+    rows = [(part["role"], near) for part in trust for near in part["nearest"]]
+    if not rows:
+        return lines + ["", f"`{profile}` has no published rows to compare with: measure your deployment and fit "
+                        "it with `ascend-pd calibrate`.", ""]
+    lines += ["", f"The published rows of `{profile}` nearest to this plan, and the error the profile made on each "
+              "when fitted without its source (docs/planner.md lists them all):", "",
+              "| role | row | source | error without its source |", "|---|---|---|---|"]
+    for role, near in rows:
+        error = "-" if near["error_without_its_source"] is None else f"{near['error_without_its_source']:+.0%}"
+        lines.append(f"| {role} | {near['row']} ({near['metric'].upper()}) | {near['source']} | {error} |")
+    return lines + ["", "`ascend-pd calibrate` on your own `vllm bench serve` results takes the profile the last "
+                    "few percent.", ""]
 
 
 def write_outputs(cost: CostModel, outcome: PlanOutcome, out_dir: Path) -> dict[str, Any]:

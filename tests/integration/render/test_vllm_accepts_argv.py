@@ -87,3 +87,35 @@ def test_vllm_reads_the_guides_graph_mode_per_role_on_ascend_and_its_defaults_on
         if process.role == "decode":
             assert engine.compilation_config.cudagraph_mode == CUDAGraphMode.FULL_DECODE_ONLY
         assert engine.enable_prefix_caching == (False if vllm_ascend else defaults.enable_prefix_caching)
+
+
+def _on_ascend(path: Path) -> bool:
+    return plan_processes(load_deployment(path)).platform != "cpu"
+
+
+@pytest.mark.parametrize("path", [p for p in DEPLOYMENTS if _on_ascend(p)], ids=lambda p: p.stem)
+def test_the_cost_model_prices_each_engine_in_the_mode_vllm_reads_from_its_command_line(path):
+    """deploy/engine_flags.py execution_mode against vLLM's own parse of the rendered argv, mapped as vllm-ascend's
+    platform maps it (FULL_AND_PIECEWISE, vLLM's default, becomes PIECEWISE; NONE or --enforce-eager runs op by op),
+    and async scheduling as vLLM 0.32's config resolves an unset flag for these engines (no PP, MTP drafts only)."""
+    from vllm.config.compilation import CUDAGraphMode
+
+    from ascend_pd.deploy.engine_flags import execution_mode
+    from ascend_pd.models import get_model
+
+    plan = plan_processes(load_deployment(path))
+    mla = get_model(plan.deployment.model.name).mla is not None
+    graph_of = {CUDAGraphMode.NONE: "eager", CUDAGraphMode.PIECEWISE: "piecewise",
+                CUDAGraphMode.FULL_AND_PIECEWISE: "piecewise", CUDAGraphMode.FULL_DECODE_ONLY: "full",
+                CUDAGraphMode.FULL: "full"}
+    for process in plan.processes():
+        instance = next(i for i in plan.deployment.instances if i.name == process.instance)
+        _, engine = parse(process.argv)
+        mode = execution_mode(plan.platform, plan.deployment.connector.implementation, instance, mla)
+        cudagraph = engine.compilation_config.cudagraph_mode or CUDAGraphMode.FULL_AND_PIECEWISE
+        expected = "eager" if engine.enforce_eager else graph_of[cudagraph]
+        assert mode.decode_graph == expected, process.name
+        method = (engine.speculative_config or {}).get("method")
+        expected_async = engine.async_scheduling if engine.async_scheduling is not None else (
+            engine.pipeline_parallel_size == 1 and method in (None, "deepseek_mtp", "mtp", "eagle", "eagle3"))
+        assert mode.async_scheduling == expected_async, process.name

@@ -12,6 +12,7 @@ from ascend_pd.hardware import LinkTier, load_cluster
 from ascend_pd.models import get_model
 from ascend_pd.perf.comm import all_reduce_time, all_to_all_time
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
+from ascend_pd.perf.exec_mode import ExecMode
 from ascend_pd.perf.shape import Shape, group_link
 
 CM384 = load_cluster("cloudmatrix384")
@@ -116,10 +117,14 @@ def test_kv_of_a_4k_prompt_over_roce_matches_bytes_over_bandwidth():
                                                    ("qwen3-32b", "atlas-800i-a2-x4", Shape(tp=4)),
                                                    ("qwen3-235b-a22b", "atlas-800t-a3-x4", Shape(tp=4, dp=4, ep=16))])
 @pytest.mark.parametrize("profile", ["cloudmatrix-infer", "vllm-ascend"])
-def test_the_batch_timer_the_planner_plays_prefill_with_is_prefill_time(model, cluster, shape, profile):
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_the_batch_timer_the_planner_plays_prefill_with_is_prefill_time(model, cluster, shape, profile,
+                                                                         async_scheduling):
+    from dataclasses import replace
+
     from ascend_pd.perf.context import cost_model
 
-    cost = cost_model(model, cluster, calibration=profile)
+    cost = replace(cost_model(model, cluster, calibration=profile), mode=ExecMode("full", async_scheduling))
     timer = cost.prefill_step_timer(shape)
     rng = np.random.default_rng(7)
     for _ in range(50):
@@ -139,3 +144,59 @@ def test_with_an_int8_kv_cache_only_decode_holds_int8_prefill_keeps_bf16():
     prefill, decode = (int8.memory(shape, role=role).kv_capacity_tokens for role in ("prefill", "decode"))
     assert prefill == bf16.memory(shape, role="prefill").kv_capacity_tokens
     assert decode == pytest.approx(2 * prefill, rel=0.01)
+
+
+# --- execution modes ------------------------------------------------------------------------------------------------
+def _vllm_ascend(mode: ExecMode, **values) -> CostModel:
+    from ascend_pd.perf.calibration import load_calibration
+
+    calibration = load_calibration("vllm-ascend", A2.chip.id).with_values(**values)
+    return CostModel(get_model("qwen3-32b"), A2.chip, A2, "bf16", "bf16", calibration, mode=mode)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_a_decode_step_costs_the_host_most_op_by_op_and_least_as_one_graph(batch):
+    steps = {graph: _vllm_ascend(ExecMode(graph)).decode_step(Shape(tp=4), batch, 2048).total
+             for graph in ("eager", "piecewise", "full")}
+    assert steps["full"] <= steps["eager"] and steps["full"] <= steps["piecewise"]
+
+
+@given(st.sampled_from(["eager", "piecewise", "full"]), st.floats(0.0, 0.05), st.floats(0.0, 0.002),
+       st.integers(1, 128), st.floats(128, 32768))
+@settings(max_examples=60, deadline=None)
+def test_async_scheduling_makes_a_step_the_longer_of_device_and_host(graph, schedule, per_layer, batch, context):
+    """Sync: the host schedules, then launches while the device runs (scheduling + the longer of launches and
+    kernels). Async: the next step's scheduling runs during this one (the longer of host work and kernels)."""
+    values = dict(step_overhead_s=schedule, sampling_per_token_s=0.0, layer_overhead_eager_s=per_layer,
+                  layer_overhead_piecewise_s=per_layer, layer_overhead_graph_s=per_layer)
+    device = _vllm_ascend(ExecMode(graph), **{**values, "step_overhead_s": 0.0, "layer_overhead_eager_s": 0.0,
+                                             "layer_overhead_piecewise_s": 0.0, "layer_overhead_graph_s": 0.0})
+    kernels = device.decode_step(Shape(tp=4), batch, context).total
+    launches = 64 * per_layer  # Qwen3-32B has 64 layers
+    sync = _vllm_ascend(ExecMode(graph, False), **values).decode_step(Shape(tp=4), batch, context).total
+    overlapped = _vllm_ascend(ExecMode(graph, True), **values).decode_step(Shape(tp=4), batch, context).total
+    assert sync == pytest.approx(schedule + max(kernels, launches), rel=1e-9, abs=1e-12)
+    assert overlapped == pytest.approx(max(kernels, launches + schedule), rel=1e-9, abs=1e-12)
+    assert overlapped <= sync + 1e-12
+
+
+def test_ttft_as_a_client_sees_it_adds_the_request_path_once():
+    from ascend_pd.perf.fitting import Row
+
+    cost = _vllm_ascend(ExecMode("full"))
+    row = Row(label="x", model=cost.model, cluster=A2, quantization="bf16", kv_dtype="bf16", metric="ttft",
+              shape=Shape(tp=4), measured=1.0, prompt=1024)
+    alone = cost.prefill_time(Shape(tp=4), [1024]).total
+    assert row.predict(cost.cal) == pytest.approx(alone + cost.cal.request_overhead_s)
+
+
+def test_a_burst_of_prompts_waits_for_the_steps_before_its_last_chunk():
+    """Four 1,000-token prompts at once, 2,000 tokens a step: the first two finish with step 1, the others with step
+    2, so the mean TTFT is 1.5 steps of 2,000 tokens (plus the request path)."""
+    from ascend_pd.perf.fitting import Row
+
+    cost = _vllm_ascend(ExecMode("full"))
+    row = Row(label="x", model=cost.model, cluster=A2, quantization="bf16", kv_dtype="bf16", metric="ttft",
+              shape=Shape(tp=4), measured=1.0, prompt=1000, prompts_in_flight=4, step_tokens=2000)
+    step = cost.prefill_time(Shape(tp=4), [1000, 1000]).total
+    assert row.predict(cost.cal) == pytest.approx(1.5 * step + cost.cal.request_overhead_s)
