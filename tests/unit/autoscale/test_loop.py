@@ -33,9 +33,9 @@ def scaler(tmp_path: Path, observed: Path, clock=lambda: 0.0, node_command: str 
     from ascend_pd.deploy.schema import SLO, LengthDistribution, Workload
 
     example = load_deployment(ROOT / "superpod_configs" / "deployments" / "local-cpu-tiny-gqa.yaml")
-    workload = Workload(input_tokens=LengthDistribution(mean=64), output_tokens=LengthDistribution(mean=128), rate=6)
+    workload = Workload(input_tokens=LengthDistribution(mean=64), output_tokens=LengthDistribution(mean=128), rate=5)
     deployment = make_plan(cost_model(example, CALIBRATION), PlanInputs(
-        workload, SLO(ttft_ms=3000, tpot_ms=15, attainment=0.9), rate=6, kv_mode="pull")).deployment
+        workload, SLO(ttft_ms=3000, tpot_ms=15, attainment=0.9), rate=5, kv_mode="pull")).deployment
     file = tmp_path / "deployment.yaml"
     file.write_text(dump_deployment(deployment))
     metrics = AutoscaleMetrics()
@@ -66,14 +66,14 @@ def test_a_change_within_the_cooldown_waits(tmp_path):
 def test_a_hold_breaks_the_agreement(tmp_path):
     observed = tmp_path / "w.json"
     made, _ = scaler(tmp_path, observed, agree=2)
-    window(observed, 64, 128, 6.8)  # a third decode instance for the headroom; 2 still carry 6.8 req/s: not urgent
+    window(observed, 64, 128, 5.5)  # a third decode instance for the headroom; 2 still carry 5.5 req/s: not urgent
     first = made.tick()
-    window(observed, 64, 128, 5.0)  # back to what runs
+    window(observed, 64, 128, 4.0)  # back to what runs, with the predictor's margin from the jump before
     assert (first, made.tick()) == ("wait", "hold") and made._pending is None
 
 
 def test_a_failed_launch_stops_the_change_and_the_deployment_file_says_what_runs(tmp_path):
-    observed = window(tmp_path / "w.json", 64, 128, 9.0)  # 2 decode instances cannot carry it: urgent, at once
+    observed = window(tmp_path / "w.json", 64, 128, 7.0)  # 2 decode instances cannot carry it: urgent, at once
     made, metrics = scaler(tmp_path, observed, node_command="false")  # every node command fails
     before = made.deployment_file.read_text()
     assert made.tick() == "failed"
@@ -104,16 +104,16 @@ def write_window(path: Path, prompt: int, output: int, rate: float, **extra) -> 
 
 
 def test_a_window_a_restarted_worker_watched_only_in_part_is_not_urgent(tmp_path):
-    """9 req/s is past what 2 decode instances carry: urgent, applied at once, on a whole window. When a proxy
+    """7 req/s is past what 2 decode instances carry: urgent, applied at once, on a whole window. When a proxy
     worker (or replica) started within the window, its rate is its own short span's: it waits for agreement."""
-    observed = write_window(tmp_path / "w.json", 64, 128, 9.0, partial=True)
+    observed = write_window(tmp_path / "w.json", 64, 128, 7.0, partial=True)
     made, _ = scaler(tmp_path, observed, node_command="false", agree=2)
     assert made.tick() == "wait"
     assert made.log.lines[-1]["why"] == "proposed 1 of 2 intervals in a row" and not made.log.lines[-1]["urgent"]
 
 
 def test_going_straight_back_waits_the_reversal_hold_unless_urgent(tmp_path):
-    observed = window(tmp_path / "w.json", 64, 128, 6.8)  # a third decode instance for the headroom; not urgent
+    observed = window(tmp_path / "w.json", 64, 128, 5.5)  # a third decode instance for the headroom; not urgent
     now = [10_000.0]
     made, _ = scaler(tmp_path, observed, clock=lambda: now[0], agree=1, cooldown=60.0, reversal_hold=1800.0,
                      dry_run=False, node_command="false")
@@ -145,7 +145,7 @@ def test_an_idle_deployment_shrinks_to_its_minimum(tmp_path):
 def test_the_bounds_hold_a_change_within_them(tmp_path):
     from ascend_pd.autoscale.bounds import Bounds
 
-    observed = window(tmp_path / "w.json", 64, 128, 6.8)  # the plan wants a third decode instance
+    observed = window(tmp_path / "w.json", 64, 128, 5.5)  # the plan wants a third decode instance
     made, _ = scaler(tmp_path, observed, agree=1, bounds=Bounds(maximum={"decode": 2}))
     assert made.tick() == "hold"
     assert any("held within the bounds" in reason for reason in made.log.lines[-1]["reasons"])
@@ -156,7 +156,7 @@ def test_a_colocated_deployment_does_not_inherit_the_disaggregated_ones_correcti
     engines, which run both phases at other batch sizes: after a change of kind it starts again from 1."""
     from ascend_pd.planner.replan import Correction
 
-    observed = window(tmp_path / "w.json", 64, 128, 5.0)
+    observed = window(tmp_path / "w.json", 64, 128, 4.5)
     made, _ = scaler(tmp_path, observed, dry_run=True)
     made.tick()
     made._corrections["disaggregated"] = Correction(1.0, 3.0, "measured earlier", True)
@@ -173,7 +173,7 @@ def test_a_colocated_deployment_does_not_inherit_the_disaggregated_ones_correcti
 def test_the_device_budget_is_the_plans_budget(tmp_path):
     from ascend_pd.autoscale.bounds import Bounds
 
-    observed = window(tmp_path / "w.json", 64, 128, 6.8)  # a third decode instance: 4 devices
+    observed = window(tmp_path / "w.json", 64, 128, 5.5)  # a third decode instance: 4 devices
     made, _ = scaler(tmp_path, observed, agree=1, dry_run=True)
     assert made.tick() == "wait"
     assert made.log.lines[-1]["planned"] == "1 x P TP1xDP1 + 3 x D TP1xDP1"  # 4 devices
@@ -183,7 +183,7 @@ def test_the_device_budget_is_the_plans_budget(tmp_path):
 
 
 def test_the_loop_ticks_every_interval_counted_from_the_start_of_each_tick(tmp_path):
-    observed = window(tmp_path / "w.json", 64, 128, 5.0)
+    observed = window(tmp_path / "w.json", 64, 128, 4.5)
     now = [0.0]
     made, metrics = scaler(tmp_path, observed, clock=lambda: now[0], interval=60.0)
     slept = []

@@ -27,7 +27,9 @@ def test_batching_short_prompts_carries_more_than_one_prompt_per_step():
     prompts = np.full(5000, 128)
     one_at_a_time = PrefillPool(QWEN_A2, SHAPE, batch_tokens=128, prompts=prompts).saturated_rate()
     batched = PrefillPool(QWEN_A2, SHAPE, batch_tokens=8192, prompts=prompts).saturated_rate()
-    assert batched > 1.2 * one_at_a_time
+    # one prompt a step reads every weight once per prompt; a batch reads them once for 64 prompts, and the
+    # matmuls then bound the step
+    assert batched > 1.1 * one_at_a_time
 
 
 def test_two_choices_over_sixteen_ranks_waits_less_than_one_rank_per_sixteenth_of_the_load():
