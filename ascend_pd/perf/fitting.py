@@ -29,6 +29,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "decode_efficiency": (1e-4, 1.0),
     "hbm_efficiency": (0.01, 1.0),
     "kernel_launch_s": (0.0, 1e-3),
+    # the host's work per layer: a layer launches 10 to 40 ops, each at most tens of microseconds
     "layer_overhead_eager_s": (0.0, 0.002),
     "layer_overhead_graph_s": (0.0, 0.001),
     "collective_launch_s": (0.0, 0.01),
@@ -45,6 +46,7 @@ SCAN = (0.0, *np.geomspace(1e-6, 1.0, 19))  # costs that may be 0: steps of abou
 LOG_SCAN = tuple(np.linspace(0.0, 1.0, 21))  # efficiencies, fitted on their log: even steps of it
 SCAN_SWEEPS = 3
 STEP = 1e-5  # finite-difference step, as a share of each value's range
+
 
 @dataclass(frozen=True)
 class Row:
