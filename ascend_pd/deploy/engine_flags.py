@@ -77,7 +77,7 @@ def engine_flags(platform: Platform, implementation: str, instance: Instance, ml
 # FULL_AND_PIECEWISE into PIECEWISE; FULL and FULL_DECODE_ONLY capture whole decode steps; NONE runs op by op.
 GRAPH_OF_CUDAGRAPH_MODE: dict[str, GraphMode] = {"NONE": "eager", "PIECEWISE": "piecewise",
                                                  "FULL_AND_PIECEWISE": "piecewise", "FULL_DECODE_ONLY": "full",
-                                                 "FULL": "full", "FULL_AND_PIECEWISE_DECODE": "full"}
+                                                 "FULL": "full"}
 # vLLM (config/vllm.py, 0.32) turns async scheduling on unless told: not with a draft proposed outside the model's
 # own layers (suffix, ngram on the CPU, medusa, mlp_speculator) and not with pipeline parallelism on the V1 runner.
 ASYNC_DRAFT_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "ngram_gpu", "dflash", "dspark")
