@@ -52,16 +52,17 @@ def estimate_cmd(model, chip, cluster, quant, kv_dtype, role, tp, dp, ep, pp, ba
     mode the engine ascend-pd renders for the role would run (--graph and --[no-]async-scheduling change it)."""
     from dataclasses import replace
 
+    from ascend_pd.hardware.platform import platform_of
     from ascend_pd.perf.context import cost_model
     from ascend_pd.perf.estimate import EstimateRequest, estimate
     from ascend_pd.perf.exec_mode import ExecMode
     from ascend_pd.perf.shape import Shape
-    from ascend_pd.planner.modes import planned_costs
+    from ascend_pd.planner.modes import planned_modes
 
-    cost = planned_costs(cost_model(model, cluster, chip, quant, kv_dtype, calibration), mtp)[role]
-    mode = ExecMode(graph or cost.mode.decode_graph,
-                    cost.mode.async_scheduling if async_scheduling is None else async_scheduling)
-    cost = replace(cost, mode=mode)
+    cost = cost_model(model, cluster, chip, quant, kv_dtype, calibration)
+    rendered = planned_modes(platform_of(cost.cluster), mtp, cost.model.mla is not None)[role]
+    cost = replace(cost, mode=ExecMode(graph or rendered.decode_graph,
+                                       rendered.async_scheduling if async_scheduling is None else async_scheduling))
     result = estimate(cost, EstimateRequest(role=role, shape=Shape(tp, dp, ep, pp), context=context,
                                             batch_per_device=batch_per_device, prompt_len=prompt_len,
                                             batch_tokens=batch_tokens, mtp=mtp, mtp_acceptance=mtp_acceptance))

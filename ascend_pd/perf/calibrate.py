@@ -27,18 +27,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
-def _mode(row: Row) -> str:
-    return row.mode.label()
-
-
-def _judged(result: FitResult) -> list[dict]:
-    out = []
-    for (row, predicted, err), loo, loso in zip(result.residuals, result.leave_one_out, result.leave_source_out):
-        out.append({"label": row.label, "source": row.source, "metric": row.metric, "use": "fit",
-                    "measured_ms": round(row.measured * 1e3, 2), "predicted_ms": round(predicted * 1e3, 2),
-                    "error": round(err, 4), "leave_one_out": None if loo is None else round(loo, 4),
-                    "leave_source_out": None if loso is None else round(loso, 4)})
-    return out
+def _entry(use: str, row: Row, predicted: float, err: float, **held_out: float | None) -> dict:
+    """One row of validation.yaml: the row, the stored or fitted prediction, and any held-out errors."""
+    return {"label": row.label, "source": row.source, "metric": row.metric, "use": use,
+            "measured_ms": round(row.measured * 1e3, 2), "predicted_ms": round(predicted * 1e3, 2),
+            "error": round(err, 4), **{k: None if v is None else round(v, 4) for k, v in held_out.items()}}
 
 
 def summary(result: FitResult) -> dict[str, dict]:
@@ -65,12 +58,11 @@ def validation(profile: str) -> dict:
     """What validation.yaml holds for `profile`: the fitted values, every row's errors and their summary."""
     result = refit(profile, by_source=True)
     rows = profile_rows(profile)
-    judged = _judged(result)
-    for use, picked in (("holdout", rows.holdout), ("recorded", rows.recorded)):
-        for row, predicted, err in stored_errors(profile, picked):
-            judged.append({"label": row.label, "source": row.source, "metric": row.metric, "use": use,
-                           "measured_ms": round(row.measured * 1e3, 2), "predicted_ms": round(predicted * 1e3, 2),
-                           "error": round(err, 4)})
+    judged = [_entry("fit", row, predicted, err, leave_one_out=loo, leave_source_out=loso)
+              for (row, predicted, err), loo, loso in zip(result.residuals, result.leave_one_out,
+                                                          result.leave_source_out)]
+    judged += [_entry(use, *stored) for use, picked in (("holdout", rows.holdout), ("recorded", rows.recorded))
+               for stored in stored_errors(profile, picked)]
     return {"values": {k: float(f"{v:.4g}") for k, v in result.values.items()}, "at_bounds": result.at_bounds,
             "summary": summary(result), "rows": judged}
 
@@ -86,7 +78,7 @@ def report(profile: str) -> list[str]:
               "| leave-source-out |", "|---|---|---|---|---|---|---|---|---|---|"]
     for entry in data["rows"]:
         row = every[entry["label"]]
-        lines.append(f"| {row.label} | {row.source or '-'} | {row.metric.upper()} | {_mode(row)} "
+        lines.append(f"| {row.label} | {row.source or '-'} | {row.metric.upper()} | {row.mode.label()} "
                      f"| {entry['use'].replace('holdout', 'held out')} | {entry['measured_ms']:.1f} ms "
                      f"| {entry['predicted_ms']:.1f} ms | {_pct(entry['error'])} | {_pct(entry.get('leave_one_out'))} "
                      f"| {_pct(entry.get('leave_source_out'))} |")

@@ -179,10 +179,10 @@ class CostModel:
         busy = max(compute, memory)
         exposed = max(0.0, comm_total - busy) if self.cal.prefill_overlap else comm_total
         layers = self.model.num_layers
-        total, host = self._step(busy + exposed + self._kernel_launches(layers), self._framework(layers, "eager"),
-                                 len(prompt_lens))
+        launches = self._kernel_launches(layers)
+        total, host = self._step(busy + exposed + launches, self._framework(layers, "eager"), len(prompt_lens))
         parts = {"compute": compute, "weights_read": memory, **comm, "communication_exposed": exposed,
-                 "kernel_launches": self._kernel_launches(layers), "host_exposed": host}
+                 "kernel_launches": launches, "host_exposed": host}
         return Breakdown(total * self.prefill_scale, parts)
 
     def prefill_step_timer(self, shape: Shape) -> Callable[[float, float, int], float]:

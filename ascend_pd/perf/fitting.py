@@ -40,7 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "prefill_expert_ratio": (0.01, 1.0),
 }
 AT_BOUND = 1e-3  # a fitted value within this share of its range from an end sits on the bound
-MAX_STEPS = 80  # damped Gauss-Newton steps; a fit settles in 10 to 30
+MAX_STEPS = 80  # damped Gauss-Newton steps per descent, at most
 # Points of each value's range (scaled to 0..1) tried one value at a time before each descent.
 SCAN = (0.0, *np.geomspace(1e-6, 1.0, 19))  # costs that may be 0: steps of about 2x over six decades
 LOG_SCAN = tuple(np.linspace(0.0, 1.0, 21))  # efficiencies, fitted on their log: even steps of it
@@ -137,12 +137,12 @@ def _weights(rows: Sequence[Row], weighting: str = "sqrt") -> np.ndarray:
 def _scales(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(low, span, logarithmic) of each value's range: a value whose range starts above 0 (an efficiency) is fitted
     on the log of it, where a time it divides is near linear; the others, costs that may be 0, on the value."""
-    low = np.array([BOUNDS[name][0] for name in names], dtype=float)
-    high = np.array([BOUNDS[name][1] for name in names], dtype=float)
-    logarithmic = low > 0
-    low_t = np.where(logarithmic, np.log(np.where(logarithmic, low, 1.0)), low)
-    high_t = np.where(logarithmic, np.log(np.where(logarithmic, high, 1.0)), high)
-    return low_t, high_t - low_t, logarithmic
+    ends = []
+    for name in names:
+        low, high = BOUNDS[name]
+        ends.append((math.log(low), math.log(high), True) if low > 0 else (low, high, False))
+    lows, highs, logarithmic = (np.array(column) for column in zip(*ends))
+    return lows, highs - lows, logarithmic
 
 
 def _descend(residuals: Callable[[np.ndarray], np.ndarray], u: np.ndarray,

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import cache
 
 from ascend_pd.deploy.engine_flags import execution_mode
 from ascend_pd.deploy.schema import Deployment, DevicePlacement, Instance, VllmArgs
-from ascend_pd.hardware.platform import platform_of
+from ascend_pd.hardware.platform import Platform, platform_of
 from ascend_pd.perf.cost import CostModel
+from ascend_pd.perf.exec_mode import ExecMode
 
 ROLES = ("prefill", "decode", "colocated")
 
@@ -34,13 +36,17 @@ def draft_args(role: str, mtp: int) -> list[str]:
     return ["--speculative-config", json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": tokens})]
 
 
+@cache
+def planned_modes(platform: Platform, mtp: int, mla: bool) -> dict[str, ExecMode]:
+    """The mode of the engine a plan renders for each role with `mtp` draft tokens. Graph mode and async scheduling
+    follow from the role, the platform and the draft, not from the instance's size, so a stand-in instance of each
+    role tells (the planner asks once per search, and again for every prediction)."""
+    return {role: execution_mode(platform, "ascend-pd", Instance(
+        name=role, role=role, devices=[DevicePlacement(node="plan", devices=[0])], http_port=1, kv_port=1,
+        vllm=VllmArgs(extra_args=draft_args(role, mtp))), mla) for role in ROLES}
+
+
 def planned_costs(cost: CostModel, mtp: int) -> dict[str, CostModel]:
-    """`cost` in the mode of the engine a plan renders for each role with `mtp` draft tokens. Graph mode and async
-    scheduling follow from the role, the platform and the draft, not from the instance's size."""
-    costs = {}
-    for role in ROLES:
-        stand_in = Instance(name=role, role=role, devices=[DevicePlacement(node="plan", devices=[0])], http_port=1,
-                            kv_port=1, vllm=VllmArgs(extra_args=draft_args(role, mtp)))
-        mode = execution_mode(platform_of(cost.cluster), "ascend-pd", stand_in, mla=cost.model.mla is not None)
-        costs[role] = replace(cost, mode=mode)
-    return costs
+    """`cost` in the mode of the engine a plan renders for each role."""
+    modes = planned_modes(platform_of(cost.cluster), mtp, cost.model.mla is not None)
+    return {role: replace(cost, mode=mode) for role, mode in modes.items()}

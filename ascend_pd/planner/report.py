@@ -8,10 +8,10 @@ from typing import Any
 
 from ascend_pd.deploy import dump_deployment
 from ascend_pd.perf.cost import CostModel
+from ascend_pd.hardware.platform import platform_of
 from ascend_pd.perf.published import nearest_rows
-from ascend_pd.perf.shape import Shape
 from ascend_pd.planner.capacity import Option
-from ascend_pd.planner.modes import planned_costs
+from ascend_pd.planner.modes import planned_modes
 from ascend_pd.planner.pareto import Point, frontier, pareto_points, write_csv, write_png
 from ascend_pd.planner.plan import PlanOutcome
 from ascend_pd.planner.proxy_sizing import proxy_cores
@@ -75,23 +75,19 @@ def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
         "search_seconds": outcome.search_seconds,
         "calibration": {"profile": cost.cal.name, "values": {k: v for k, v in cost.cal.as_dict().items()
                                                              if k != "name"}},
-        "trust": _trust(cost, outcome, best),
+        "trust": _trust(cost, outcome),
     }
 
 
-def _trust(cost: CostModel, outcome: PlanOutcome, best: dict[str, Any]) -> list[dict[str, Any]]:
+def _trust(cost: CostModel, outcome: PlanOutcome) -> list[dict[str, Any]]:
     """Per role of the plan: the execution mode it is priced in, and the published rows of the calibration profile
     nearest to it, each with the error the profile made there without that row's source."""
-    costs = planned_costs(cost, outcome.requirements.mtp)
+    modes = planned_modes(platform_of(cost.cluster), outcome.requirements.mtp, cost.model.mla is not None)
     out = []
-    for role in ("prefill", "decode", "colocated"):
-        if not best.get(role):
-            continue
-        parallel = best[role]["parallel"]
-        shape = Shape(parallel["tp"], parallel["dp"], parallel["ep"])
-        mode = costs[role].mode
+    for option, _ in outcome.result.best.instances:
+        role, mode = option.role, modes[option.role]
         near = nearest_rows(cost.cal.name, "ttft" if role == "prefill" else "tpot", cost.model, cost.chip.id,
-                            cost.quantization, shape, mode)
+                            cost.quantization, option.shape, mode)
         out.append({"role": role, "mode": mode.label(),
                     "nearest": [{"row": r.label, "source": r.source, "metric": r.metric,
                                  "error_without_its_source": r.error} for r in near]})

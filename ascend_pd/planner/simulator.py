@@ -140,21 +140,21 @@ class Simulation:
         for inst in deployment.instances:
             shape = Shape(inst.parallel.tp, inst.parallel.dp, inst.parallel.ep, inst.parallel.pp)
             mtp = _mtp_tokens(inst)
-            cost = self.costs[inst.name]
+            priced = self.costs[inst.name]
             for _, leader, _ in inst.endpoints():
                 device = cluster.device(leader.node, leader.devices[0])
                 if inst.role == "prefill":
                     self.prefill.append(PrefillRank(inst, shape, device, inst.vllm.max_num_batched_tokens))
                     continue
-                key = (shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp, cost.mode)
+                key = (shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp, priced.mode)
                 if key not in tables:
-                    tables[key] = StepTable(cost, shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp)
+                    tables[key] = StepTable(priced, shape, inst.vllm.max_num_seqs, inst.vllm.max_model_len, mtp)
                 rank = DecodeRank(inst, shape, device, tables[key], inst.vllm.max_num_seqs,
-                                  cost.memory(shape, inst.vllm.gpu_memory_utilization).kv_capacity_tokens,
+                                  priced.memory(shape, inst.vllm.gpu_memory_utilization).kv_capacity_tokens,
                                   accepted_tokens_per_step(mtp, mtp_acceptance if mtp else 0.0))
                 if inst.role == "colocated":
                     rank.chunk = max(1, inst.vllm.max_num_batched_tokens - inst.vllm.max_num_seqs * (1 + mtp))
-                    rank.chunk_time = cost.chunk_time(shape, rank.chunk, token_weighted_prompt)
+                    rank.chunk_time = priced.chunk_time(shape, rank.chunk, token_weighted_prompt)
                 if inst.role == "colocated" and shape.ep > 1 and shape.dp > 1:
                     group = groups.setdefault(inst.name, ([], [0]))
                     group[0].append(rank)
