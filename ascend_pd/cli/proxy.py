@@ -45,6 +45,10 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
               help="longest silence from a backend, in seconds (a long prefill is silent)")
 @click.option("--total-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.total, show_default=True,
               help="seconds a whole backend call may take")
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.health,
+              show_default=True,
+              help="seconds a backend has to answer /health (and the /metrics read for its load); no answer counts "
+                   "against it only when it has not answered proxied traffic since the previous check")
 @click.option("--prefill-attempts", type=click.IntRange(min=1), default=ProxySettings.prefill_attempts,
               show_default=True,
               help="different P tried before giving up on a prefill")
@@ -74,7 +78,7 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
 @input_errors_exit_2
 def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
-              prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workload_window,
+              health_timeout, prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workload_window,
               workers, event_loop, log_level):
     """Serve an OpenAI-compatible proxy that runs each request through a prefill and a decode instance.
 
@@ -90,7 +94,8 @@ def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, 
 
     chosen = choose_backends(deployment_file, prefill, decode, colocated, mode, host, port, policy, advertise_url)
     settings = ProxySettings(
-        mode=chosen.mode, timeouts=Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout),
+        mode=chosen.mode, timeouts=Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout,
+                          health=health_timeout),
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
         max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
         health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,

@@ -1,4 +1,6 @@
-"""A circuit breaker per backend: consecutive failures open it; after a cool-down one success closes it again."""
+"""A circuit breaker per backend: consecutive failures open it; after a cool-down one success closes it again.
+It also remembers when the backend was last heard from, so a health probe that times out can tell a backend busy
+serving from one that is gone."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ class CircuitBreaker:
         self._clock = clock
         self.consecutive_failures = 0
         self._open_until: float | None = None
+        self._heard_at: float | None = None
 
     @property
     def state(self) -> str:
@@ -28,6 +31,14 @@ class CircuitBreaker:
     def record_success(self) -> None:
         self.consecutive_failures = 0
         self._open_until = None
+        self._heard_at = self._clock()
+
+    def record_heard(self) -> None:
+        """Bytes came from the backend (a streamed token): alive, whatever the breaker's state."""
+        self._heard_at = self._clock()
+
+    def heard_within(self, seconds: float) -> bool:
+        return self._heard_at is not None and self._clock() - self._heard_at <= seconds
 
     def record_failure(self) -> None:
         self.consecutive_failures += 1

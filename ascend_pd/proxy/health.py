@@ -22,24 +22,41 @@ def make_control_session(timeouts: Timeouts) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar())
 
 
-async def probe(session: aiohttp.ClientSession, backend: Backend, timeout: float) -> bool:
+async def probe(session: aiohttp.ClientSession, backend: Backend, timeout: float, busy_grace: float = 0.0) -> bool:
+    """GET /health and feed the breaker. A probe that gets no answer within `timeout` from a backend heard from in
+    the last `busy_grace` seconds (a proxied answer began or a token streamed) counts as no failure: an engine
+    serving on a loaded host can be slow to answer /health, and taking it out of service would strand the requests
+    routed to it. A refused connection, an error status, or silence from a backend not heard from counts."""
+    failure = None
     try:
         async with session.get(backend.url + "/health", timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             await response.read()
-            healthy = response.status == 200
-    except (aiohttp.ClientError, asyncio.TimeoutError):
-        healthy = False
+            if response.status != 200:
+                failure = f"/health answered {response.status}"
+    except asyncio.TimeoutError:
+        if backend.breaker.heard_within(busy_grace):
+            log.debug("%s backend %s: no answer to /health within %g s, but it is serving", backend.role,
+                      backend.url, timeout)
+            return True
+        failure = f"no answer to /health within {timeout:g} s"
+    except aiohttp.ClientError as exc:
+        failure = f"{type(exc).__name__}: {exc}"
     was_routable = backend.routable()
-    if healthy:
+    if failure is None:
         backend.breaker.record_success()
     else:
         backend.breaker.record_failure()
     if was_routable != backend.routable():
-        log.warning("%s backend %s is %s", backend.role, backend.url, "up" if backend.routable() else "down")
-    return healthy
+        if failure is None:
+            log.warning("%s backend %s is up", backend.role, backend.url)
+        else:
+            log.warning("%s backend %s is down (%s)", backend.role, backend.url, failure)
+    return failure is None
 
 
 async def check_forever(session: aiohttp.ClientSession, pool: BackendPool, interval: float, timeout: float) -> None:
+    # heard from since the previous round of probes began: serving, whatever this round's probe says
+    busy_grace = interval + timeout
     while True:
-        await asyncio.gather(*(probe(session, b, timeout) for b in pool.all()))
+        await asyncio.gather(*(probe(session, b, timeout, busy_grace) for b in pool.all()))
         await asyncio.sleep(interval)

@@ -38,10 +38,12 @@ async def _relay_stream(stream: Stream, opened: Opened, metrics: ProxyMetrics, e
     [DONE] is seen; the backend's own end of body is still awaited before returning, so its load stays accounted
     and its connection is pooled only once its answer is really over."""
     upstream = opened.response
+    heard = opened.answering.breaker.record_heard  # a stream that flows tells the health checks its backend lives
     tail = b""
 
     def forward(chunk: bytes) -> None:
         nonlocal tail
+        heard()
         chunk = events.feed(chunk)
         if stream.ended:  # nothing may follow [DONE]: whatever does is dropped
             return

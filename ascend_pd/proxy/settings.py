@@ -22,7 +22,7 @@ class Timeouts:
     connect: float = 5.0
     read: float = 300.0  # longest silence between two reads from a backend (a long prefill sends nothing)
     total: float = 3600.0
-    health: float = 2.0
+    health: float = 5.0  # a /health or /metrics call; an engine streaming to many clients can take seconds
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,17 @@ def target(url: str, path: str) -> Target:
 class Opened:
     """A backend answer that has started well: status 200 and a first chunk (the whole body when not streaming).
     The leases are released and the connection closed or returned when the relay is done with it. With no
-    response, `first` is a whole answer already read (P's, when P had all of it)."""
+    response, `first` is a whole answer already read (P's, when P had all of it). With a response, the first
+    lease is that of the backend answering."""
 
     response: Response | None
     first: bytes
     streaming: bool
     leases: list[Lease]
+
+    @property
+    def answering(self) -> Backend:
+        return self.leases[0].backend
 
     def close(self) -> None:
         """Release the leases; return a fully read connection to the pool, close (abort) any other."""

@@ -105,6 +105,7 @@ def test_a_kv_load_that_fails_is_recomputed_into_the_right_answer_and_counted(pd
     while metric(http_text(f"{decode_url}/metrics"), failures) < before + 1 and time.monotonic() < deadline:
         time.sleep(1)
     assert metric(http_text(f"{decode_url}/metrics"), failures) == before + 1
+    deadline = time.monotonic() + 30  # P frees them at its next step after D's notice, far within abort_timeout_s
     while _usage(prefill_url) > 0 and time.monotonic() < deadline:
         time.sleep(1)
     assert _usage(prefill_url) == 0, "prefill still holds the blocks after decode gave up on them"

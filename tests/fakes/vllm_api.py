@@ -62,6 +62,7 @@ class Behaviour:
     queue_delay: float = 0.0  # seconds a D request waits for free blocks before it fetches its KV
     eos_first: frozenset[str] = frozenset()  # prompts (their prompt_text) whose first output token is EOS
     honours_min_tokens: bool = True  # False: an engine that lets EOS end a request before min_tokens
+    health_delay: float = 0.0  # seconds before /health answers (an API server busy on a loaded host)
 
 
 class FakeEngine:
@@ -146,6 +147,7 @@ class FakeEngine:
 
     # --- handlers ---------------------------------------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.behaviour.health_delay)
         return web.Response(text="")
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -64,6 +64,11 @@ class FlowEnv:
         """Run `work` concurrently with the caller (asyncio.ensure_future without looking the loop up)."""
         return self.loop.create_task(work)
 
+    def require(self, role: Role, ctx: RequestContext) -> None:
+        """NoCandidate unless a backend of `role` could take this request now."""
+        if not self.pool.candidates(role, ctx.tried.get(role, ())):
+            raise NoCandidate(role)
+
     def pick(self, role: Role, ctx: RequestContext) -> Backend:
         candidates = self.pool.candidates(role, ctx.tried.get(role, ()))
         if not candidates:

@@ -13,6 +13,8 @@ from ascend_pd.proxy.upstream import Opened, open_answer
 
 
 async def pull(ctx: RequestContext, env: FlowEnv) -> Opened:
+    # No D to hand over to: refuse before P prefills, or P would hold the KV for nobody until its abort timeout
+    env.require("decode", ctx)
     prefill, answer = await prefill_on_any(ctx, env, {"do_remote_decode": True})
     params = answer.get("kv_transfer_params")
     handoff = isinstance(params, dict)

@@ -78,6 +78,37 @@ async def test_dead_prefill_is_removed_by_health_checks_and_traffic_continues(ri
     assert 'ascend_pd_proxy_backend_failures_total{' not in await rig.metrics()  # no request ever hit the dead one
 
 
+async def test_a_decode_slow_to_answer_health_stays_in_service_while_it_streams_and_not_after(rig):
+    """An engine busy on a loaded host answers /health late: the proxy keeps routing to it while its tokens flow,
+    and once nothing more comes from it the same silence takes it out of service (as a black hole would be)."""
+    await rig.start(health_interval=0.2, breaker_failures=2, timeouts=Timeouts(health=0.2))
+    decode = rig.decodes[0]
+    decode.behaviour = Behaviour(token_delay=0.05, health_delay=3600)
+    backend = rig.proxy.pool.get(decode.url)
+    streaming = asyncio.ensure_future(rig.post({**BODY, "max_tokens": 60, "stream": True}))  # 3 s of tokens
+    assert await eventually(lambda: decode.active == 1)
+    routable = []
+    for _ in range(15):  # probes time out about every 0.4 s meanwhile
+        await asyncio.sleep(0.1)
+        routable.append(backend.routable())
+    assert all(routable), routable
+    assert (await rig.post(BODY))[0] == 200
+    assert (await streaming)[0] == 200
+    assert await eventually(lambda: not backend.routable())
+    status, body = await rig.post(BODY)
+    assert status == 503 and b"no healthy decode backend" in body
+
+
+async def test_no_prefill_runs_while_no_decode_could_take_the_handoff(rig):
+    """P would hold the prompt's KV for a D that never comes, until its abort timeout: it is not asked at all."""
+    await rig.start(health_interval=0.05, breaker_failures=1, timeouts=Timeouts(health=0.2))
+    await rig.decodes[0].stop()
+    assert await eventually(lambda: not rig.proxy.pool.get(rig.decodes[0].url).routable())
+    status, body = await rig.post(BODY)
+    assert status == 503 and b"no healthy decode backend" in body
+    assert rig.prefills[0].received == []
+
+
 async def test_decode_failing_before_its_first_token_means_a_fresh_prefill_on_a_new_pair(rig):
     await rig.start(prefills=2, decodes=2, decode_policy="round-robin")
     failing, healthy = rig.decodes
