@@ -78,8 +78,8 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
 @input_errors_exit_2
 def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
-              health_timeout, prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token, workload_window,
-              workers, event_loop, log_level):
+              health_timeout, prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token,
+              workload_window, workers, event_loop, log_level):
     """Serve an OpenAI-compatible proxy that runs each request through a prefill and a decode instance.
 
     Backends come from --deployment FILE, or from --prefill/--decode/--colocated URLs. Endpoints:
@@ -93,9 +93,9 @@ def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, 
     from ascend_pd.proxy.tokens import EstimatedTokens, TokenizerTokens
 
     chosen = choose_backends(deployment_file, prefill, decode, colocated, mode, host, port, policy, advertise_url)
+    timeouts = Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout, health=health_timeout)
     settings = ProxySettings(
-        mode=chosen.mode, timeouts=Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout,
-                          health=health_timeout),
+        mode=chosen.mode, timeouts=timeouts,
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
         max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
         health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,
