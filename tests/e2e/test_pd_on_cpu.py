@@ -20,6 +20,7 @@ from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 GQA, MLA, MTP = "tiny-llama-gqa", "tiny-deepseek-mla", "tiny-deepseek-mtp"
+KV_FAILURES = "vllm:ascend_pd_kv_failures_total"
 TIMED_PROMPTS = 6
 CASES = {  # name: (model, mode, prefill tp)
     "gqa-pull": (GQA, "pull", 1),
@@ -96,7 +97,7 @@ def test_a_kv_load_that_fails_is_recomputed_into_the_right_answer_and_counted(pd
                         dict(body, max_tokens=1, min_tokens=1, kv_transfer_params={"do_remote_decode": True}))
     params = handoff["kv_transfer_params"]
     params["remote_block_ids"][-1] = 10 ** 6
-    failures = "vllm:ascend_pd_kv_failures_total"
+    failures = KV_FAILURES
     before = metric(http_text(f"{decode_url}/metrics"), failures)
     reply = http_json(f"{decode_url}/v1/completions", dict(body, kv_transfer_params=params))
     assert reply["choices"][0]["token_ids"] == pd.reference["long"]
@@ -153,16 +154,39 @@ def test_client_disconnect_mid_stream_frees_kv_and_serving_goes_on(pd):
     assert tokens == pd.reference["long"]
 
 
-def test_ttft_splits_into_the_prefill_the_kv_wait_and_what_follows(pd):
-    (decode_url,) = pd.endpoint_urls("decode")
+def _time_fresh_long_prompts(pd, decode_url: str, seeds: range) -> timing.TtftSplit | None:
+    """The TTFT split over fresh long prompts through the proxy; None when one of their KV reads failed (vLLM
+    recomputed that request, which then has no split to measure)."""
+    failed_before = metric(http_text(f"{decode_url}/metrics"), KV_FAILURES)
     before = timing.snapshot(pd.proxy_url, decode_url)
     prompt_tokens = 0
-    for seed in range(TIMED_PROMPTS):
+    for seed in seeds:
         body = dict(completion_body(pd.model, fresh_long_prompt(seed), max_tokens=2),
                     stream_options={"include_usage": True})
         _, events = stream_completion(f"{pd.proxy_url}/v1/completions", body)
         prompt_tokens = max(prompt_tokens, *(e["usage"]["prompt_tokens"] for e in events if e.get("usage")))
     split = timing.TtftSplit.between(before, timing.snapshot(pd.proxy_url, decode_url), pd.mode, prompt_tokens)
+    if split.kv_waits == len(seeds):
+        return split
+    deadline = time.monotonic() + 30  # connector stats reach /metrics at vLLM's stats interval
+    while time.monotonic() < deadline:
+        failed = metric(http_text(f"{decode_url}/metrics"), KV_FAILURES) - failed_before
+        if failed:
+            timing.RECOMPUTED.append(f"{pd.case}: {failed:g} of {len(seeds)} KV reads failed and were recomputed; "
+                                     "timed a fresh set")
+            return None
+        time.sleep(1)
+    return split
+
+
+def test_ttft_splits_into_the_prefill_the_kv_wait_and_what_follows(pd):
+    """On two cores shared by three engines (the TP2 case) a loopback KV read can outlive the Transfer Engine's 30 s
+    timeout (docs/benchmarks.md): such a set is timed again once, and the run's summary says so."""
+    (decode_url,) = pd.endpoint_urls("decode")
+    split = _time_fresh_long_prompts(pd, decode_url, range(TIMED_PROMPTS))
+    if split is None:
+        split = _time_fresh_long_prompts(pd, decode_url, range(TIMED_PROMPTS, 2 * TIMED_PROMPTS))
+    assert split is not None, "a KV read failed in each of two sets of long prompts"
     timing.RESULTS[pd.case] = split
     assert split.requests == TIMED_PROMPTS
     assert split.kv_waits == TIMED_PROMPTS, "D did not report a KV wait for every request"

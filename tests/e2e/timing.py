@@ -58,6 +58,7 @@ class TtftSplit:
 
 
 RESULTS: dict[str, TtftSplit] = {}
+RECOMPUTED: list[str] = []  # sets of prompts timed again because a KV read failed, printed with the table
 
 
 def report() -> str:
@@ -75,6 +76,7 @@ def report() -> str:
             push = RESULTS[push_case]
             lines.append(f"\n{push_case} vs {pull_case}: TTFT {ms(push.ttft)} vs {ms(split.ttft)} ms "
                          f"(push/pull {push.ttft / split.ttft:.2f})")
+    lines += [f"\n{note}" for note in RECOMPUTED]
     text = "\n".join(lines) + "\n"
     LOGS.mkdir(parents=True, exist_ok=True)
     (LOGS / "ttft.md").write_text(text)
