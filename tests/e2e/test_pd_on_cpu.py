@@ -97,14 +97,10 @@ def test_a_kv_load_that_fails_is_recomputed_into_the_right_answer_and_counted(pd
                         dict(body, max_tokens=1, min_tokens=1, kv_transfer_params={"do_remote_decode": True}))
     params = handoff["kv_transfer_params"]
     params["remote_block_ids"][-1] = 10 ** 6
-    failures = KV_FAILURES
-    before = metric(http_text(f"{decode_url}/metrics"), failures)
+    before = _kv_failures(decode_url)
     reply = http_json(f"{decode_url}/v1/completions", dict(body, kv_transfer_params=params))
     assert reply["choices"][0]["token_ids"] == pd.reference["long"]
-    deadline = time.monotonic() + 30  # connector stats reach /metrics at vLLM's stats interval
-    while metric(http_text(f"{decode_url}/metrics"), failures) < before + 1 and time.monotonic() < deadline:
-        time.sleep(1)
-    assert metric(http_text(f"{decode_url}/metrics"), failures) == before + 1
+    assert _kv_failures(decode_url, at_least=before + 1) == before + 1
     deadline = time.monotonic() + 30  # P frees them at its next step after D's notice, far within abort_timeout_s
     while _usage(prefill_url) > 0 and time.monotonic() < deadline:
         time.sleep(1)
@@ -122,6 +118,15 @@ def test_prefill_and_decode_register_the_same_caches_the_draft_layers_included(p
     assert len(set(counts.values())) == 1, counts
     if pd.model == MTP:
         assert counts["decode-0"] == 4 + 1
+
+
+def _kv_failures(decode_url: str, at_least: float = 0.0) -> float:
+    """D's count of failed KV loads, once it reaches `at_least` or 30 s pass (connector stats reach /metrics at
+    vLLM's stats interval)."""
+    deadline = time.monotonic() + 30
+    while (count := metric(http_text(f"{decode_url}/metrics"), KV_FAILURES)) < at_least and time.monotonic() < deadline:
+        time.sleep(1)
+    return count
 
 
 def _usage(url: str) -> float:
@@ -157,7 +162,7 @@ def test_client_disconnect_mid_stream_frees_kv_and_serving_goes_on(pd):
 def _time_fresh_long_prompts(pd, decode_url: str, seeds: range) -> timing.TtftSplit | None:
     """The TTFT split over fresh long prompts through the proxy; None when one of their KV reads failed (vLLM
     recomputed that request, which then has no split to measure)."""
-    failed_before = metric(http_text(f"{decode_url}/metrics"), KV_FAILURES)
+    failed_before = _kv_failures(decode_url)
     before = timing.snapshot(pd.proxy_url, decode_url)
     prompt_tokens = 0
     for seed in seeds:
@@ -168,15 +173,12 @@ def _time_fresh_long_prompts(pd, decode_url: str, seeds: range) -> timing.TtftSp
     split = timing.TtftSplit.between(before, timing.snapshot(pd.proxy_url, decode_url), pd.mode, prompt_tokens)
     if split.kv_waits == len(seeds):
         return split
-    deadline = time.monotonic() + 30  # connector stats reach /metrics at vLLM's stats interval
-    while time.monotonic() < deadline:
-        failed = metric(http_text(f"{decode_url}/metrics"), KV_FAILURES) - failed_before
-        if failed:
-            timing.RECOMPUTED.append(f"{pd.case}: {failed:g} of {len(seeds)} KV reads failed and were recomputed; "
-                                     "timed a fresh set")
-            return None
-        time.sleep(1)
-    return split
+    failed = _kv_failures(decode_url, at_least=failed_before + 1) - failed_before
+    if not failed:
+        return split
+    timing.RECOMPUTED.append(f"{pd.case}: {failed:g} of {len(seeds)} KV reads failed and were recomputed; "
+                             "timed a fresh set")
+    return None
 
 
 def test_ttft_splits_into_the_prefill_the_kv_wait_and_what_follows(pd):

@@ -64,15 +64,15 @@ class FlowEnv:
         """Run `work` concurrently with the caller (asyncio.ensure_future without looking the loop up)."""
         return self.loop.create_task(work)
 
-    def require(self, role: Role, ctx: RequestContext) -> None:
-        """NoCandidate unless a backend of `role` could take this request now."""
-        if not self.pool.candidates(role, ctx.tried.get(role, ())):
-            raise NoCandidate(role)
-
-    def pick(self, role: Role, ctx: RequestContext) -> Backend:
+    def require(self, role: Role, ctx: RequestContext) -> list[Backend]:
+        """The backends of `role` that could take this request now; NoCandidate when there are none."""
         candidates = self.pool.candidates(role, ctx.tried.get(role, ()))
         if not candidates:
             raise NoCandidate(role)
+        return candidates
+
+    def pick(self, role: Role, ctx: RequestContext) -> Backend:
+        candidates = self.require(role, ctx)
         avoid = ctx.avoid.get(role)
         if avoid:
             candidates = [c for c in candidates if c.url not in avoid] or candidates
