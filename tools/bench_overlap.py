@@ -36,6 +36,8 @@ from pathlib import Path
 
 import click
 
+from ascend_pd.deploy import handoff
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "tiny-llama-deep"
 LAYERS = 16  # tiny-llama-deep's
@@ -199,17 +201,17 @@ def hand_over(prefill: Engine, decode: Engine, mode: str, tokens: int, rng: rand
     """One request as the proxy hands it over; its TTFT as the client sees it."""
     body = {"model": MODEL, "prompt": [rng.randrange(4, VOCAB) for _ in range(tokens)], "max_tokens": 4,
             "temperature": 0, "ignore_eos": True}
-    to_prefill = dict(body, max_tokens=1, min_tokens=1, kv_transfer_params={"do_remote_decode": True})
+    to_prefill = dict(body, max_tokens=1, min_tokens=1, kv_transfer_params=handoff.encode(handoff.ToPrefill()))
     started = time.monotonic()
     if mode == "pull":
         answer = post(f"{prefill.url}/v1/completions", to_prefill)
         return first_token_after(f"{decode.url}/v1/completions",
                                  dict(body, kv_transfer_params=answer["kv_transfer_params"]), started)
     transfer_id = f"xfer-{time.monotonic_ns()}"
-    to_prefill["kv_transfer_params"]["transfer_id"] = transfer_id
-    to_decode = {"do_remote_prefill": True, "transfer_id": transfer_id, "remote_engine_id": "prefill",
-                 "remote_host": prefill.url.split("//")[1].split(":")[0], "remote_port": prefill.kv_port,
-                 "remote_tp_size": 1, "remote_dp_rank": 0}
+    to_prefill["kv_transfer_params"] = handoff.encode(handoff.PushToPrefill(transfer_id=transfer_id))
+    side_channel = handoff.KVAddress(engine_id="prefill", host=prefill.url.split("//")[1].split(":")[0],
+                                     port=prefill.kv_port)
+    to_decode = handoff.encode(handoff.push_to_decode(side_channel, transfer_id))
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:

@@ -38,6 +38,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
+from ascend_pd.deploy import handoff
 from ascend_pd.proxy.event_loop import EVENT_LOOPS, resolve, run
 from ascend_pd.proxy.openai_body import decode_body, prefill_body
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the fake engines live in tests/fakes
@@ -70,8 +71,9 @@ class Direct:
         self._decodes = itertools.cycle([e["url"] for e in engines["decode"]])
 
     async def __call__(self, session: aiohttp.ClientSession, body: dict) -> bool:
+        to_prefill = prefill_body(body, handoff.encode(handoff.ToPrefill()))
         async with session.post(next(self._prefills) + "/v1/completions",
-                                data=msgspec.json.encode(prefill_body(body, {"do_remote_decode": True}))) as answer:
+                                data=msgspec.json.encode(to_prefill)) as answer:
             params = msgspec.json.decode(await answer.read()).get("kv_transfer_params")
         async with session.post(next(self._decodes) + "/v1/completions",
                                 data=msgspec.json.encode(decode_body(body, params))) as answer:

@@ -6,7 +6,7 @@ fit and when each source is left out. Run: `python tools/calibration_weights.py`
 
 from __future__ import annotations
 
-from ascend_pd.perf.calibrate import summary
+from ascend_pd.perf.refit_shipped import summary
 from ascend_pd.perf.fitting import WEIGHTINGS, fit
 from ascend_pd.perf.published import prior, profile_rows
 

@@ -11,7 +11,8 @@ import msgspec
 
 from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, http_json, wait_until_idle
 from ascend_pd.autoscale.stores import TableStore
-from ascend_pd.proxy.backend_table import BackendTable, KVEntry, TableEntry, draining, table_of, with_entry, without
+from ascend_pd.deploy.handoff import KVAddress
+from ascend_pd.proxy.backend_table import BackendTable, TableEntry, draining, table_of, with_entry, without
 from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.workload_window import WORKLOAD_PARTS, WindowContents, summarise
 
@@ -108,8 +109,9 @@ class ControlPlane:
         return said
 
     # ---- what a rollout calls ----
-    def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0, kv: dict | None = None) -> None:
-        entry = TableEntry(url, role, instance, dp_rank, msgspec.convert(kv, KVEntry) if kv else None)
+    def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0,
+            kv: KVAddress | None = None) -> None:
+        entry = TableEntry(url, role, instance, dp_rank, kv)
         self.publish(with_entry(self.table(), entry))
 
     def drain(self, url: str) -> None:

@@ -1,7 +1,7 @@
 """Whether a prefill engine still holds prompt KV that a decode instance has yet to read (pull) or that it is still
 sending (push), read from the engine's own /metrics: stopping it before then fails those handoffs. The gauge is the
-connector's `vllm:ascend_pd_kv_held_requests` (connector/prom.py), read over HTTP only: this layer does not import
-the connector."""
+connector's `vllm:ascend_pd_kv_held_requests` (connector/stats_prometheus.py), read over HTTP only: this layer does
+not import the connector."""
 
 from __future__ import annotations
 

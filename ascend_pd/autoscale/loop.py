@@ -16,7 +16,7 @@ from ascend_pd.autoscale.control_plane import ControlPlane, TableStore
 from ascend_pd.autoscale.predictor import make_predictor
 from ascend_pd.autoscale.proxy_admin import Interrupted, StepFailed
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
-from ascend_pd.autoscale.settings import AutoscaleSettings, Timeouts
+from ascend_pd.autoscale.settings import AutoscaleSettings, RolloutTimeouts
 from ascend_pd.deploy import load_deployment, revision_of
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.errors import InputError
@@ -79,7 +79,7 @@ class Autoscaler:
 
     def __init__(self, deployment_file: Path, proxies: list[str] | str, token: str | None, launcher: Launcher,
                  settings: AutoscaleSettings, log: RolloutLog, metrics: AutoscaleMetrics | None = None,
-                 timeouts: Timeouts = Timeouts(), clock: Callable[[], float] = time.monotonic,
+                 timeouts: RolloutTimeouts = RolloutTimeouts(), clock: Callable[[], float] = time.monotonic,
                  store: TableStore | None = None):
         self.deployment_file = deployment_file
         sources = [proxies] if isinstance(proxies, str) else list(proxies)

@@ -10,6 +10,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from ascend_pd.deploy.handoff import KVAddress, encode
+
 CALL_TIMEOUT = 10.0
 POLL_SECONDS = 0.5
 
@@ -49,13 +51,14 @@ class ProxyAdmin:
     def _call(self, method: str, path: str, body: dict | None = None) -> Any:
         return http_json(method, self.url + path, body, self.token, self.timeout)
 
-    def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0, kv: dict | None = None) -> None:
+    def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0,
+            kv: KVAddress | None = None) -> None:
         """Add (or put back, when drained) the backend at `url`; `kv` is where its KV connector listens (push)."""
         body = {"url": url, "role": role, "dp_rank": dp_rank}
         if instance:
             body["instance"] = instance
         if kv:
-            body["kv"] = kv
+            body["kv"] = encode(kv)
         self._call("POST", "/admin/backends", body)
 
     def drain(self, url: str) -> None:

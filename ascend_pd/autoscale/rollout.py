@@ -18,13 +18,13 @@ from typing import Callable, Sequence, TextIO
 
 from ascend_pd.autoscale.engine_kv import wait_kv_released
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, not_answering, wait_healthy
-from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, Timeouts
+from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, RolloutTimeouts
 from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
+from ascend_pd.deploy.handoff import ABORT_TIMEOUT_S
 from ascend_pd.deploy.schema import Deployment, Instance
 from ascend_pd.planner.resize import Step
 from ascend_pd.proxy.endpoints import Endpoint, endpoints_from_deployment
 from ascend_pd.render.bundle import RenderOptions, render_bundle, write_bundle
-from ascend_pd.render.kv_config import KV_ABORT_TIMEOUT_S
 from ascend_pd.render.processes import LaunchPlan, plan_processes
 
 @dataclass
@@ -48,7 +48,7 @@ class Launcher:
     applies or deletes the instance's manifest with kubectl."""
 
     def __init__(self, bundle: Path, target: str = "bash", node_command: str = DEFAULT_NODE_COMMAND,
-                 kubectl: str = DEFAULT_KUBECTL, timeout: float = Timeouts.command, copy_command: str = ""):
+                 kubectl: str = DEFAULT_KUBECTL, timeout: float = RolloutTimeouts.command, copy_command: str = ""):
         self.bundle = bundle.resolve()
         self.target = target
         self.node_command = node_command
@@ -129,7 +129,7 @@ class Rollout:
     """Moves the deployment in `deployment_file` (whose bundle `launcher` runs) to `target` through `steps`."""
 
     def __init__(self, deployment_file: Path, proxy: ProxyAdmin, launcher: Launcher, log: RolloutLog,
-                 timeouts: Timeouts = Timeouts(), render: RenderOptions | None = None):
+                 timeouts: RolloutTimeouts = RolloutTimeouts(), render: RenderOptions | None = None):
         self.deployment_file = deployment_file
         self.proxy = proxy
         self.launcher = launcher
@@ -153,7 +153,7 @@ class Rollout:
         write_bundle({k: v for k, v in rendered.files.items() if k not in kept}, self.launcher.bundle)
         if deployment_file:
             self.deployment_file.write_text(dump_deployment(deployment), encoding="utf-8")
-        return plan_processes(loaded, self.render.interface, self.render.node_ips)
+        return plan_processes(loaded, self.render.interface)
 
     def _endpoints(self, deployment: Deployment, instance: str) -> list[Endpoint]:
         return [e for e in endpoints_from_deployment(_loaded(deployment, self.deployment_file))
@@ -193,10 +193,7 @@ class Rollout:
         def add() -> None:
             for e in endpoints:
                 tried.append(e.url)  # before the call: an add that failed may have landed (on some proxy replicas)
-                kv = None if e.kv is None else {"engine_id": e.kv.engine_id, "host": e.kv.host, "port": e.kv.port,
-                                                "tp_size": e.kv.tp_size, "dp_rank": e.kv.dp_rank,
-                                                "rank_hosts": list(e.kv.rank_hosts)}
-                self.proxy.add(e.url, e.role, e.instance, e.dp_rank, kv)
+                self.proxy.add(e.url, e.role, e.instance, e.dp_rank, e.kv)
         try:
             self._phase(step, prefix + "join", add)
         except StepFailed:
@@ -234,7 +231,7 @@ class Rollout:
                 # only once it holds none. Checked while the proxy still lists it (drained, routed nothing): the
                 # listing shows it as leaving until nothing of it is used, and a timeout only has to undrain it.
                 self._phase(step, "kv-released",
-                            lambda: [wait_kv_released(urls, self.timeouts.drain, KV_ABORT_TIMEOUT_S)])
+                            lambda: [wait_kv_released(urls, self.timeouts.drain, ABORT_TIMEOUT_S)])
             self._phase(step, "leave", lambda: _each(self.proxy.remove, urls))
             self._phase(step, "stop", lambda: self.launcher.stop(plan, instance))
         except StepFailed:
@@ -286,7 +283,7 @@ class Rollout:
         deployment file and the bundle describe it either way."""
         self._running = {i.name: i for i in current.instances}
         self._interrupted = None  # told to stop: say what runs first, then stop the loop
-        old_plan = plan_processes(_loaded(current, self.deployment_file), self.render.interface, self.render.node_ips)
+        old_plan = plan_processes(_loaded(current, self.deployment_file), self.render.interface)
         self.log.write(phase="plan", status="ok", steps=[s.describe() for s in steps],
                        **({"manifest_diff": self._diff(current, target)} if self.launcher.target == "k8s" else {}))
         try:
@@ -316,7 +313,7 @@ class Rollout:
         if not silent:
             return []
         loaded = _loaded(deployment, self.deployment_file)
-        plan = plan_processes(loaded, self.render.interface, self.render.node_ips)
+        plan = plan_processes(loaded, self.render.interface)
         said = []
         for e in endpoints_from_deployment(loaded):
             if e.url in silent and not any(line.startswith(f"{e.instance}:") for line in said):

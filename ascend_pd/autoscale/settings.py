@@ -33,8 +33,9 @@ class AutoscaleSettings:
 
 
 @dataclass(frozen=True)
-class Timeouts:
-    """Seconds. An engine loads its weights before /health answers: minutes for a large model."""
+class RolloutTimeouts:
+    """What a change of the deployment waits, in seconds: an instance to start (it loads its weights before /health
+    answers: minutes for a large model), a drained one to finish its requests, one command on a node or kubectl."""
 
     start: float = 1800.0
     drain: float = 600.0

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from ascend_pd.autoscale.proxy_admin import StepFailed
-from ascend_pd.autoscale.settings import Timeouts
+from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import LoadedDeployment
 from ascend_pd.proxy.backend_table import BackendTable, encode_table, read_table, write_table
 from ascend_pd.render.bash import BACKEND_TABLE_FILE
@@ -66,4 +66,4 @@ def table_store(loaded: LoadedDeployment, bundle: Path, target: str, kubectl: st
     if target != "k8s":
         return TableStore(path)
     return ConfigMapStore(path, bundle / "k8s" / "backends.yaml", loaded.deployment.metadata.name, kubectl,
-                          Timeouts.command)
+                          RolloutTimeouts.command)

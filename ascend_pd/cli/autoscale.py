@@ -9,7 +9,7 @@ import click
 
 from ascend_pd.autoscale.bounds import Bounds, check_bounds, parse_role_counts
 from ascend_pd.autoscale.predictor import PREDICTORS
-from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, Timeouts
+from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, RolloutTimeouts
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2
 from ascend_pd.cli.replan import admin_token_option, thresholds
 from ascend_pd.errors import InputError
@@ -41,9 +41,9 @@ from ascend_pd.errors import InputError
                    "change) at the same path there ({bundle}, {host}, {node}); e.g. "
                    "'rsync -a --delete {bundle}/ {host}:{bundle}/'. '' for a shared file system")
 @click.option("--kubectl", default=DEFAULT_KUBECTL, show_default=True, help="kubectl command (add -n NAMESPACE here)")
-@click.option("--start-timeout", type=click.FloatRange(min=1), default=Timeouts.start, show_default=True,
+@click.option("--start-timeout", type=click.FloatRange(min=1), default=RolloutTimeouts.start, show_default=True,
               help="seconds a new instance has to answer /health")
-@click.option("--drain-timeout", type=click.FloatRange(min=1), default=Timeouts.drain, show_default=True,
+@click.option("--drain-timeout", type=click.FloatRange(min=1), default=RolloutTimeouts.drain, show_default=True,
               help="seconds a drained instance has to finish its requests")
 @click.option("--log", "log_file", type=click.Path(dir_okay=False), default=None,
               help="JSON-lines log of every decision and rollout phase [default: autoscale.jsonl in the bundle]")
@@ -116,7 +116,7 @@ def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, coo
     with open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
         log = RolloutLog(_Tee(stream))
         scaler = Autoscaler(deployment, proxies, admin_token, launcher, settings, log, metrics,
-                            Timeouts(start=start_timeout, drain=drain_timeout), store=store)
+                            RolloutTimeouts(start=start_timeout, drain=drain_timeout), store=store)
         try:
             with stopping_on_signals():
                 scaler.run(intervals)

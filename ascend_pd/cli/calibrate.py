@@ -34,7 +34,7 @@ def calibrate_cmd(results, deployment_file, base, fit_names, mtp_acceptance, out
     fit to the others), and writes a file that estimate, plan and simulate take with --calibration FILE.
     Measure at several concurrencies; TTFT is best measured at low concurrency.
     """
-    from ascend_pd.planner.calibrate_bench import calibrate, calibration_file
+    from ascend_pd.planner.fit_to_bench import calibrate, calibration_file
 
     names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
     result = calibrate(deployment_file, results, base, names, mtp_acceptance)

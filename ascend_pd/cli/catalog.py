@@ -24,7 +24,8 @@ def clusters_cmd() -> None:
     for name in shipped_clusters():
         cluster = load_cluster(name)
         label = f"{name} (default)" if name == DEFAULT_CLUSTER else name
-        table.add_row(label, str(len(cluster.nodes)), str(cluster.device_count), cluster.chip.id,
+        chips = " + ".join(chip.id for chip in cluster.chips)
+        table.add_row(label, str(len(cluster.nodes)), str(cluster.device_count), chips,
                       str(len(cluster.superpods) or "-"), ", ".join(cluster.protocols))
     Console().print(table)
 
@@ -59,13 +60,13 @@ def show_cluster(name_or_path: str) -> None:
 
     cluster = load_cluster(name_or_path)
     console = Console()
-    chip = cluster.chip
     console.print(f"[bold]{cluster.name}[/bold]: {cluster.description}")
     console.print(f"{len(cluster.nodes)} nodes, {cluster.device_count} devices"
                   + (f" in {len(cluster.superpods)} SuperPoD(s)" if cluster.superpods else ""))
-    console.print(f"chip {chip.id}: {chip.description}; per device {chip.hbm_bytes / GIB:.0f} GiB HBM at "
-                  f"{chip.hbm_bandwidth / GB:.0f} GB/s, {chip.bf16_flops / 1e12:.0f} TFLOPS BF16, "
-                  f"{chip.int8_ops / 1e12:.0f} TOPS INT8; {chip.dies_per_package} device(s) per package")
+    for chip in cluster.chips:
+        console.print(f"chip {chip.id}: {chip.description}; per device {chip.hbm_bytes / GIB:.0f} GiB HBM at "
+                      f"{chip.hbm_bandwidth / GB:.0f} GB/s, {chip.bf16_flops / 1e12:.0f} TFLOPS BF16, "
+                      f"{chip.int8_ops / 1e12:.0f} TOPS INT8; {chip.dies_per_package} device(s) per package")
     links = Table(title="Link tiers")
     for column in ("level", "link", "GB/s per device", "latency (us)", "TP allowed", "full mesh"):
         links.add_column(column)

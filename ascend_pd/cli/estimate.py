@@ -14,7 +14,9 @@ GIB = 1024**3
 
 @click.command("estimate")
 @click.option("--model", required=True, help="catalog id (`ascend-pd models`) or a directory holding config.json")
-@click.option("--chip", default=None, help="chip id, e.g. 910c or 910b3 (default: the cluster's chip)")
+@click.option("--chip", default=None,
+              help="chip id, e.g. 910c or 910b3 (default: the cluster's chip; on a cluster that mixes chips, required: "
+                   "the estimate prices that chip's nodes)")
 @click.option("--cluster", default=None,
               help="shipped cluster name or YAML path, for the link tiers (default: cloudmatrix384, or the first "
                    "shipped cluster built from --chip)")

@@ -92,28 +92,33 @@ def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_a
     --devices) the plan uses the fewest devices that sustain that rate; otherwise it maximises goodput on the
     budget. --calibration picks the cost model's profile (see `ascend-pd calibrate` to fit your own).
     """
-    from ascend_pd.perf.context import cost_model
-    from ascend_pd.planner.plan import PlanInputs, make_plan
+    from ascend_pd.perf.context import chip_group_costs
+    from ascend_pd.planner.chip_groups import plan_chip_groups
+    from ascend_pd.planner.plan import PlanInputs
     from ascend_pd.planner.report import plan_json, write_outputs
     from ascend_pd.planner.workload import DEFAULT_SLO, DEFAULT_WORKLOAD
     from ascend_pd.planner.workload_file import build_workload
 
     workload, slo = build_workload(DEFAULT_WORKLOAD, DEFAULT_SLO, workload_file, **workload_values)
-    cost = cost_model(model, cluster, None, quant, kv_dtype, calibration)
+    costs = chip_group_costs(model, cluster, quant, kv_dtype, calibration)  # one per chip the cluster's nodes carry
     rate = workload_values["rate"]
     target = rate if rate and not devices else None
     progress = _LazyProgress(fmt == "text")
     try:
-        outcome = make_plan(cost, PlanInputs(workload=workload, slo=slo, devices=devices, rate=target, mtp=mtp,
-                                             mtp_acceptance=mtp_acceptance, kv_mode=kv_mode,
-                                             cluster_ref=cluster or cost.cluster.name), progress)
+        cost, outcome = plan_chip_groups(costs, PlanInputs(
+            workload=workload, slo=slo, devices=devices, rate=target, mtp=mtp, mtp_acceptance=mtp_acceptance,
+            kv_mode=kv_mode, cluster_ref=cluster or costs[0].cluster.name), progress)
     finally:
         progress.stop()
     data = write_outputs(cost, outcome, Path(out_dir)) if out_dir else plan_json(cost, outcome)
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
-    else:
-        _print_plan(data, out_dir)
+        return
+    if len(costs) > 1:
+        others = ", ".join(c.chip.id for c in costs if c is not cost)
+        click.echo(f"cluster '{cost.cluster.name}' mixes chips and each chip group is planned on its own: this plan "
+                   f"runs on its {cost.chip.id} nodes, priced on {cost.chip.id}, and leaves its {others} nodes out")
+    _print_plan(data, out_dir)
 
 
 def _print_plan(data: dict, out_dir: str | None) -> None:

@@ -9,7 +9,7 @@ import click
 from ascend_pd.cli.common import input_errors_exit_2
 from ascend_pd.defaults import PROXY_PORT
 from ascend_pd.proxy.event_loop import EVENT_LOOPS
-from ascend_pd.proxy.settings import ProxySettings, Timeouts
+from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
 
 
 @click.command("proxy")
@@ -38,14 +38,16 @@ from ascend_pd.proxy.settings import ProxySettings, Timeouts
               help="tokenizer.json for exact prompt token counts (needs the 'tokenizers' package)")
 @click.option("--max-inflight", type=click.IntRange(min=1), default=ProxySettings.max_inflight, show_default=True,
               help="requests in flight above which new ones get 429 with Retry-After")
-@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.connect,
+@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True), default=BackendTimeouts.connect,
               show_default=True,
               help="seconds to connect to a backend")
-@click.option("--read-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.read, show_default=True,
+@click.option("--read-timeout", type=click.FloatRange(min=0, min_open=True), default=BackendTimeouts.read,
+              show_default=True,
               help="longest silence from a backend, in seconds (a long prefill is silent)")
-@click.option("--total-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.total, show_default=True,
+@click.option("--total-timeout", type=click.FloatRange(min=0, min_open=True), default=BackendTimeouts.total,
+              show_default=True,
               help="seconds a whole backend call may take")
-@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=Timeouts.health,
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=BackendTimeouts.health,
               show_default=True,
               help="seconds a backend has to answer /health (and the /metrics read for its load); no answer counts "
                    "against it only when it has not answered proxied traffic since the previous check")
@@ -86,14 +88,14 @@ def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, 
     POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
     POST /v1/metaserver (layerwise), and /admin/backends and GET /v1/workload when an admin token is set.
     """
-    from ascend_pd.proxy.app import Proxy
+    from ascend_pd.proxy.app import ProxyState
     from ascend_pd.proxy.backend_choice import choose_backends
     from ascend_pd.proxy.serve import available_cores, serve
     from ascend_pd.proxy.siblings import Siblings
     from ascend_pd.proxy.tokens import EstimatedTokens, TokenizerTokens
 
     chosen = choose_backends(deployment_file, prefill, decode, colocated, mode, host, port, policy, advertise_url)
-    timeouts = Timeouts(connect=connect_timeout, read=read_timeout, total=total_timeout, health=health_timeout)
+    timeouts = BackendTimeouts(connect=connect_timeout, read=read_timeout, total=total_timeout, health=health_timeout)
     settings = ProxySettings(
         mode=chosen.mode, timeouts=timeouts,
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
@@ -101,9 +103,9 @@ def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, 
         health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,
         workload_window=workload_window, metaserver_url=chosen.metaserver_url, backend_table=backend_table)
 
-    def make_proxy(siblings: Siblings | None) -> Proxy:
+    def make_proxy(siblings: Siblings | None) -> ProxyState:
         tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()
-        return Proxy(chosen.endpoints, settings, tokens, siblings.load if siblings else None, chosen.revision)
+        return ProxyState(chosen.endpoints, settings, tokens, siblings.load if siblings else None, chosen.revision)
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

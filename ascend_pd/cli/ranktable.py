@@ -18,7 +18,7 @@ from ascend_pd.errors import InputError
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="write <instance>.json files here instead of printing one JSON object")
 @click.option("--node-ip", "node_ips", multiple=True, metavar="NODE=IP",
-              help="host IP (server_id) of one node, overriding the cluster config; repeatable")
+              help="host address (server_id) of one node, added to the deployment's node_addresses; repeatable")
 @input_errors_exit_2
 @one_shot
 def ranktable_cmd(file: str, instance_name: str | None, out_dir: str | None, node_ips: tuple[str, ...]) -> None:
@@ -27,7 +27,7 @@ def ranktable_cmd(file: str, instance_name: str | None, out_dir: str | None, nod
     from ascend_pd.deploy import load_deployment
     from ascend_pd.render import rank_table
 
-    loaded = load_deployment(file)
+    loaded = load_deployment(file).with_node_addresses(parse_node_ips(node_ips))
     instances = loaded.deployment.instances
     if instance_name is not None:
         instances = [i for i in instances if i.name == instance_name]
@@ -36,8 +36,7 @@ def ranktable_cmd(file: str, instance_name: str | None, out_dir: str | None, nod
             raise InputError(f"no instance named '{instance_name}'", file=file, field="--instance",
                              fix=f"use one of {names}")
     cluster = loaded.cluster()
-    ips = parse_node_ips(node_ips)
-    tables = {i.name: rank_table(cluster, i, ips) for i in instances}
+    tables = {i.name: rank_table(cluster, i) for i in instances}
     if out_dir is None:
         click.echo(json.dumps(tables, indent=2))
         return

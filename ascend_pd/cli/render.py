@@ -28,7 +28,9 @@ def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
               help="bash launchers, Kubernetes manifests, or both")
 @click.option("--interface", help="network interface for HCCL/Gloo on every node (default: the cluster config's)")
 @click.option("--node-ip", "node_ips", multiple=True, metavar="NODE=IP",
-              help="host IP of one node, overriding the cluster config; repeat for more nodes")
+              help="the address of one node at this site, where the cluster file's host_ip_start numbering "
+                   "guesses wrong; repeat for more nodes. Written into the bundle's deployment.yaml "
+                   "(node_addresses), which the proxy and the autoscaler read")
 @click.option("--image", default="ascend-pd:latest", show_default=True,
               help="container image holding ascend-pd and vLLM, for the k8s target")
 @input_errors_exit_2
@@ -42,8 +44,8 @@ def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node
     from ascend_pd.deploy import load_deployment
     from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
-    loaded = load_deployment(file)
-    options = RenderOptions(target=target, interface=interface, node_ips=parse_node_ips(node_ips), image=image)
+    loaded = load_deployment(file).with_node_addresses(parse_node_ips(node_ips))
+    options = RenderOptions(target=target, interface=interface, image=image)
     result = render_bundle(loaded, options)
     for diagnostic in result.diagnostics:
         click.echo(diagnostic.render(file), err=result.refused)

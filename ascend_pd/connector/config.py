@@ -4,27 +4,31 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import msgspec
+
+from ascend_pd.deploy.handoff import ABORT_TIMEOUT_S, SHAPES_KEY
+from ascend_pd.deploy.layout import worker_kv_port
 from ascend_pd.errors import InputError
 
 SOURCE = "kv_transfer_config"
-MODES = ("pull", "push")
-# ascend-pd's own parallel shapes of both sides. vllm-ascend reads the top-level "prefill" and "decode" keys itself
-# at start-up (utils.check_kv_extra_config, AscendConfig) and refuses shapes it does not serve, so ours live apart.
-SHAPES_KEY = "ascend_pd_shapes"
-# Keys vllm-ascend's platform reads from any connector's extra config: allowed here, never read by this connector.
+EXTRA = "kv_connector_extra_config"
+Mode = Literal["pull", "push"]
+Protocol = Literal["ascend", "tcp", "rdma"]
+# Keys vllm-ascend's platform reads from any connector's extra config (utils.check_kv_extra_config, AscendConfig):
+# allowed here, never read by this connector.
 UPSTREAM_KEYS = ("prefill", "decode")
-PROTOCOLS = ("ascend", "tcp", "rdma")
 ROLES = {"kv_producer": "prefill", "kv_consumer": "decode"}
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
-@dataclass(frozen=True)
-class ParallelShape:
+class ParallelShape(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The tensor- and data-parallel sizes of one side (prefill or decode)."""
 
-    tp_size: int
-    dp_size: int
+    tp_size: PositiveInt
+    dp_size: PositiveInt = 1
 
 
 @dataclass(frozen=True)
@@ -32,15 +36,15 @@ class ConnectorConfig:
     """Everything the scheduler and worker sides need from kv_transfer_config."""
 
     role: Literal["prefill", "decode"]
-    mode: Literal["pull", "push"]
-    protocol: Literal["ascend", "tcp", "rdma"]
+    mode: Mode
+    protocol: Protocol
     engine_id: str
     kv_port: int
     prefill: ParallelShape
     decode: ParallelShape
     # Every wait on a peer has one of these bounds (README, "When a peer fails").
     # P keeps a finished request's blocks this long when no decode instance comes to read them (pull).
-    abort_timeout_s: float = 480.0
+    abort_timeout_s: float = ABORT_TIMEOUT_S
     # D's longest wait for one request's KV, from the step that takes it up: past it the request is a load error
     # (vLLM recomputes it or fails it, by kv_load_failure_policy). In push mode P holds its blocks as long.
     kv_load_timeout_s: float = 120.0
@@ -76,8 +80,8 @@ class ConnectorConfig:
         return self.decode if self.is_producer else self.prefill
 
     def side_channel_port(self, dp_rank: int, tp_rank: int) -> int:
-        """kv_port + dp_rank * tp + tp_rank: each worker of an instance has its own port."""
-        return self.kv_port + dp_rank * self.local.tp_size + tp_rank
+        """Each worker of an instance has its own port, as deploy/layout.py lays them out (pp is 1: APD414)."""
+        return worker_kv_port(self.kv_port, dp_rank, self.local.tp_size, tp_rank)
 
 
 # vllm-ascend's platform appends "-<uuid4 hex>" to every engine_id at start-up (platform.check_and_update_config),
@@ -101,104 +105,147 @@ def _positive_int(value: Any, field: str) -> int:
     return int(value)
 
 
-def _positive_float(extra: dict, key: str, default: float) -> float:
-    value = extra.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise _fail(f"kv_connector_extra_config.{key}", f"expected a positive number of seconds, got {value!r}",
-                    f"set {key} to a number > 0 or leave it out (default {default})")
-    return float(value)
-
-
 def _renamed(extra: dict) -> None:
     if "push_timeout_s" in extra:
-        raise _fail("kv_connector_extra_config.push_timeout_s", "push_timeout_s is now kv_load_timeout_s and "
-                    "bounds pull as well as push", "rename push_timeout_s to kv_load_timeout_s")
+        raise _fail(f"{EXTRA}.push_timeout_s", "push_timeout_s is now kv_load_timeout_s and bounds pull as well as "
+                    "push", "rename push_timeout_s to kv_load_timeout_s")
+
+
+class BothShapes(msgspec.Struct, forbid_unknown_fields=True):
+    prefill: ParallelShape
+    decode: ParallelShape
+
+
+class ExtraConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """kv_connector_extra_config as this connector reads it, in the units the file gives, without UPSTREAM_KEYS.
+    Unknown keys are refused: a typo would otherwise leave its setting at the default without a word."""
+
+    shapes: BothShapes = msgspec.field(name=SHAPES_KEY)
+    mode: Mode = "pull"
+    protocol: Protocol = "tcp"
+    abort_timeout_s: Seconds = ConnectorConfig.abort_timeout_s
+    kv_load_timeout_s: Seconds = ConnectorConfig.kv_load_timeout_s
+    handshake_retries: PositiveInt = ConnectorConfig.handshake_retries
+    handshake_timeout_s: Seconds = ConnectorConfig.handshake_timeout_s
+    # Mooncake raises a smaller MC_TRANSFER_TIMEOUT to 5 s: refused rather than waited on longer than asked
+    transfer_timeout_s: Annotated[float, msgspec.Meta(ge=5)] = ConnectorConfig.transfer_timeout_s
+    peer_backoff_s: Seconds = ConnectorConfig.peer_backoff_s
+    idle_step_pause_ms: Annotated[float, msgspec.Meta(ge=0, le=100)] = ConnectorConfig.idle_step_pause_s * 1e3
+    staging_mib: Annotated[int, msgspec.Meta(ge=1, le=4096)] = ConnectorConfig.staging_bytes >> 20
+    rank_hosts: tuple[Annotated[str, msgspec.Meta(min_length=1)], ...] = ()
+
+
+_SIDE = 'add "{key}": {{"tp_size": N, "dp_size": M}} (ascend-pd render writes it from deployment.yaml)'
+# What each key takes, and how to put it right (an error about a key with a default adds "or leave it out").
+_TAKES = {
+    SHAPES_KEY: ("both sides' parallel shapes", f'add "{SHAPES_KEY}": {{"prefill": {{"tp_size": N, "dp_size": M}}, '
+                 '"decode": {...}} (ascend-pd render writes it from deployment.yaml; re-render an older bundle)'),
+    "prefill": ("the prefill instance's parallel shape", _SIDE.format(key="prefill")),
+    "decode": ("the decode instance's parallel shape", _SIDE.format(key="decode")),
+    "tp_size": ("a positive integer", "set tp_size to the instance's tensor-parallel size"),
+    "dp_size": ("a positive integer", "set dp_size to the instance's data-parallel size"),
+    "mode": ("pull or push", "use pull or push"),
+    "protocol": ("ascend, tcp or rdma", "use ascend on NPUs, rdma on RoCE hosts, tcp anywhere else"),
+    **{key: ("a positive number of seconds", f"set {key} to a number > 0")
+       for key in ("abort_timeout_s", "kv_load_timeout_s", "handshake_timeout_s", "peer_backoff_s")},
+    "handshake_retries": ("a positive integer", "set handshake_retries to an integer >= 1"),
+    "transfer_timeout_s": ("seconds, 5 at least (the least Mooncake allows)", "set transfer_timeout_s to 5 or more"),
+    "idle_step_pause_ms": ("milliseconds between 0 and 100", "set idle_step_pause_ms to a number from 0 (no pause) "
+                           "to 100"),
+    "staging_mib": ("whole MiB from 1 to 4096", "set staging_mib to an integer number of MiB"),
+    "rank_hosts": ("host names, one per TP rank", "list each TP rank's host in rank order, or leave it out "
+                   "when all share one node (ascend-pd render writes it for ranks spread over nodes)"),
+}
+# msgspec's ValidationError: what went wrong, then where ("- at `$.ascend_pd_shapes.prefill.tp_size`").
+_WHERE = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_NAMED = re.compile(r"^Object (?P<what>missing required|contains unknown) field `(?P<key>[^`]+)`")
+
+
+def _settings(extra: dict) -> ExtraConfig:
+    ours = {key: value for key, value in extra.items() if key not in UPSTREAM_KEYS}
+    try:
+        return msgspec.convert(ours, ExtraConfig)
+    except msgspec.ValidationError as error:
+        raise _explained(str(error), extra) from None
+
+
+def _explained(error: str, extra: dict) -> InputError:
+    """The InputError for msgspec's `error` about `extra`: the field path, what it takes and the fix."""
+    where = _WHERE.search(error)
+    path = where["path"] if where else ""
+    steps = [key or int(index) for key, index in re.findall(r"\.(\w+)|\[(\d+)\]", path)]
+    named = _NAMED.match(error)
+    if named and named["what"] == "contains unknown":
+        return _unknown(path, _value_at(extra, steps), _keys_at(steps))
+    if named:
+        return _missing(f"{path}.{named['key']}", named["key"], extra)
+    field = _field_at(steps)
+    takes, fix = _TAKES[field.encode_name]
+    return _fail(f"{EXTRA}{path}", f"expected {takes}, got {_value_at(extra, steps)!r}", fix + _leave_out(field))
+
+
+def _unknown(path: str, section: dict, known: list[str]) -> InputError:
+    unknown = sorted(set(section) - set(known))
+    return _fail(f"{EXTRA}{path}.{unknown[0]}", f"unknown key(s) {', '.join(map(repr, unknown))}",
+                 f"remove them or correct the spelling; known keys: {', '.join(sorted(known))}")
+
+
+def _missing(path: str, key: str, extra: dict) -> InputError:
+    takes, fix = _TAKES[key]
+    moved = " (the top-level prefill/decode keys are vllm-ascend's, which checks them against this engine's own " \
+            "TP and DP)" if key == SHAPES_KEY and any(k in extra for k in UPSTREAM_KEYS) else ""
+    return _fail(f"{EXTRA}{path}", f"{key} is missing: expected {takes}{moved}", fix)
+
+
+def _leave_out(field: msgspec.structs.FieldInfo) -> str:
+    """What a fix says about a setting's default, written as a person would (2, not 2.0)."""
+    if isinstance(field.default, str):
+        return f", or leave it out (default {field.default})"
+    return f", or leave it out (default {field.default:g})" if isinstance(field.default, (int, float)) else ""
+
+
+def _value_at(extra: Any, steps: list[str | int]) -> Any:
+    for step in steps:
+        extra = extra[step]
+    return extra
+
+
+def _field_at(steps: list[str | int]) -> msgspec.structs.FieldInfo:
+    """The field of ExtraConfig, or of a section inside it, that `steps` lead to (an item of a list: the list's)."""
+    kind, field = ExtraConfig, None
+    for step in steps:
+        if isinstance(step, int):
+            break
+        field = next(f for f in msgspec.structs.fields(kind) if f.encode_name == step)
+        kind = field.type
+    return field
+
+
+def _keys_at(steps: list[str | int]) -> list[str]:
+    """The keys the section at `steps` may hold (the top level also holds vllm-ascend's)."""
+    if not steps:
+        return [f.encode_name for f in msgspec.structs.fields(ExtraConfig)] + list(UPSTREAM_KEYS)
+    return [f.encode_name for f in msgspec.structs.fields(_field_at(steps).type)]
 
 
 # How much longer than the Transfer Engine's own timeout a batch is waited for before it is given up as lost.
 ENGINE_GRACE_S = 5.0
 
 
-def _load_timeout(extra: dict, mode: str, transfer_timeout_s: float) -> float:
-    value = _positive_float(extra, "kv_load_timeout_s", ConnectorConfig.kv_load_timeout_s)
-    longest_write = transfer_timeout_s + ENGINE_GRACE_S
-    if mode == "push" and value <= longest_write:
+def _check_load_timeout(settings: ExtraConfig) -> None:
+    longest_write = settings.transfer_timeout_s + ENGINE_GRACE_S
+    if settings.mode == "push" and settings.kv_load_timeout_s <= longest_write:
         # P starts no write that could still be landing when D gives up and hands the blocks to a recompute
-        raise _fail("kv_connector_extra_config.kv_load_timeout_s",
-                    f"{value:g} s leaves a push no time to write: one write may take transfer_timeout_s + "
-                    f"{ENGINE_GRACE_S:g} s = {longest_write:g} s",
+        raise _fail(f"{EXTRA}.kv_load_timeout_s",
+                    f"{settings.kv_load_timeout_s:g} s leaves a push no time to write: one write may take "
+                    f"transfer_timeout_s + {ENGINE_GRACE_S:g} s = {longest_write:g} s",
                     f"set kv_load_timeout_s above {longest_write:g}, or lower transfer_timeout_s (5 at least)")
-    return value
 
 
-def _transfer_timeout(extra: dict) -> float:
-    value = _positive_float(extra, "transfer_timeout_s", ConnectorConfig.transfer_timeout_s)
-    if value < 5:  # Mooncake raises a smaller MC_TRANSFER_TIMEOUT to 5 s; say so rather than wait longer than asked
-        raise _fail("kv_connector_extra_config.transfer_timeout_s", f"{value} s is below the 5 s Mooncake allows",
-                    "set transfer_timeout_s to 5 or more")
-    return value
-
-
-def _pause_seconds(extra: dict) -> float:
-    value = extra.get("idle_step_pause_ms", ConnectorConfig.idle_step_pause_s * 1e3)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-        raise _fail("kv_connector_extra_config.idle_step_pause_ms",
-                    f"expected milliseconds between 0 and 100, got {value!r}",
-                    "set idle_step_pause_ms to a number from 0 (no pause) to 100, or leave it out (default 2)")
-    return value / 1e3
-
-
-def _staging_bytes(extra: dict) -> int:
-    value = extra.get("staging_mib", ConnectorConfig.staging_bytes >> 20)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
-        raise _fail("kv_connector_extra_config.staging_mib", f"expected whole MiB from 1 to 4096, got {value!r}",
-                    "set staging_mib to an integer number of MiB (default 64), or leave it out")
-    return value << 20
-
-
-# Every key this connector reads, with the vllm-ascend keys it tolerates; anything else is a typo that would
-# otherwise fall back to a default silently.
-KNOWN_KEYS = frozenset({"mode", "protocol", SHAPES_KEY, "abort_timeout_s", "kv_load_timeout_s", "handshake_retries",
-                        "handshake_timeout_s", "transfer_timeout_s", "peer_backoff_s", "idle_step_pause_ms",
-                        "staging_mib", "rank_hosts", *UPSTREAM_KEYS})
-
-
-def _rank_hosts(extra: dict, tp_size: int) -> tuple[str, ...]:
-    hosts = extra.get("rank_hosts", [])
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts) \
-            or hosts and len(hosts) != tp_size:
-        raise _fail("kv_connector_extra_config.rank_hosts", f"expected one host per TP rank ({tp_size}), got "
-                    f"{hosts!r}", "list each TP rank's host in rank order, or leave it out when all share one node "
-                    "(ascend-pd render writes it for ranks spread over nodes)")
-    return tuple(hosts)
-
-
-def _unknown_keys(extra: dict) -> None:
-    unknown = sorted(set(extra) - KNOWN_KEYS)
-    if unknown:
-        raise _fail(f"kv_connector_extra_config.{unknown[0]}", f"unknown key(s) {', '.join(map(repr, unknown))}",
-                    f"remove them or correct the spelling; known keys: {', '.join(sorted(KNOWN_KEYS))}")
-
-
-def _shape(shapes: dict, side: str) -> ParallelShape:
-    section = shapes.get(side)
-    field = f"kv_connector_extra_config.{SHAPES_KEY}.{side}"
-    if not isinstance(section, dict):
-        raise _fail(field, f"missing the {side} instance's parallel shape",
-                    f'add "{side}": {{"tp_size": N, "dp_size": M}} (ascend-pd render writes it from deployment.yaml)')
-    return ParallelShape(tp_size=_positive_int(section.get("tp_size"), f"{field}.tp_size"),
-                         dp_size=_positive_int(section.get("dp_size", 1), f"{field}.dp_size"))
-
-
-def _shapes(extra: dict) -> dict:
-    shapes = extra.get(SHAPES_KEY)
-    if isinstance(shapes, dict):
-        return shapes
-    moved = " (the top-level prefill/decode keys are vllm-ascend's, which checks them against this engine's own " \
-            "TP and DP)" if any(key in extra for key in UPSTREAM_KEYS) else ""
-    raise _fail(f"kv_connector_extra_config.{SHAPES_KEY}", f"missing both sides' parallel shapes{moved}",
-                f'add "{SHAPES_KEY}": {{"prefill": {{"tp_size": N, "dp_size": M}}, "decode": {{...}}}} '
-                "(ascend-pd render writes it from deployment.yaml; re-render an older bundle)")
+def _check_rank_hosts(settings: ExtraConfig, tp_size: int) -> None:
+    if settings.rank_hosts and len(settings.rank_hosts) != tp_size:
+        raise _fail(f"{EXTRA}.rank_hosts", f"expected one host per TP rank ({tp_size}), got "
+                    f"{list(settings.rank_hosts)!r}", _TAKES["rank_hosts"][1])
 
 
 def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra: dict | None) -> ConnectorConfig:
@@ -208,36 +255,23 @@ def parse_config(kv_role: str | None, engine_id: str | None, kv_port: Any, extra
                     "prefill instances use kv_producer, decode instances kv_consumer")
     extra = dict(extra or {})
     _renamed(extra)
-    _unknown_keys(extra)
-    mode = extra.get("mode", "pull")
-    if mode not in MODES:
-        raise _fail("kv_connector_extra_config.mode", f"unknown mode {mode!r}", "use pull or push")
-    protocol = extra.get("protocol", "tcp")
-    if protocol not in PROTOCOLS:
-        raise _fail("kv_connector_extra_config.protocol", f"unknown protocol {protocol!r}",
-                    "use ascend on NPUs, rdma on RoCE hosts, tcp anywhere else")
+    settings = _settings(extra)
     if not engine_id:
         raise _fail("engine_id", "engine_id is empty", "give every instance a unique engine_id")
     port = _positive_int(kv_port, "kv_port")
     if port > 65535:
         raise _fail("kv_port", f"port {port} is above 65535", "pick a kv_port below 65536 - dp*tp")
-    transfer_timeout_s = _transfer_timeout(extra)
-    shapes = _shapes(extra)
+    _check_load_timeout(settings)
     role = ROLES[kv_role]
-    local = _shape(shapes, role)
+    shapes = settings.shapes
+    _check_rank_hosts(settings, getattr(shapes, role).tp_size)
     return ConnectorConfig(
-        role=role, mode=mode, protocol=protocol, engine_id=deployment_engine_id(str(engine_id)), kv_port=port,
-        prefill=_shape(shapes, "prefill"), decode=_shape(shapes, "decode"),
-        abort_timeout_s=_positive_float(extra, "abort_timeout_s", ConnectorConfig.abort_timeout_s),
-        kv_load_timeout_s=_load_timeout(extra, mode, transfer_timeout_s),
-        handshake_retries=_positive_int(extra.get("handshake_retries", ConnectorConfig.handshake_retries),
-                                        "kv_connector_extra_config.handshake_retries"),
-        handshake_timeout_s=_positive_float(extra, "handshake_timeout_s", ConnectorConfig.handshake_timeout_s),
-        transfer_timeout_s=transfer_timeout_s,
-        peer_backoff_s=_positive_float(extra, "peer_backoff_s", ConnectorConfig.peer_backoff_s),
-        idle_step_pause_s=_pause_seconds(extra),
-        staging_bytes=_staging_bytes(extra),
-        rank_hosts=_rank_hosts(extra, local.tp_size),
+        role=role, mode=settings.mode, protocol=settings.protocol, engine_id=deployment_engine_id(str(engine_id)),
+        kv_port=port, prefill=shapes.prefill, decode=shapes.decode, abort_timeout_s=settings.abort_timeout_s,
+        kv_load_timeout_s=settings.kv_load_timeout_s, handshake_retries=settings.handshake_retries,
+        handshake_timeout_s=settings.handshake_timeout_s, transfer_timeout_s=settings.transfer_timeout_s,
+        peer_backoff_s=settings.peer_backoff_s, idle_step_pause_s=settings.idle_step_pause_ms / 1e3,
+        staging_bytes=settings.staging_mib << 20, rank_hosts=settings.rank_hosts,
     )
 
 

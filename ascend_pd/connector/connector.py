@@ -14,8 +14,8 @@ from ascend_pd.connector.amx import allow_amx_tiles
 from ascend_pd.connector.config import parse_config, pause_for_platform
 from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.connector.scheduler import make_scheduler_side
-from ascend_pd.connector.stats import AscendPDStats
-from ascend_pd.connector.tally import empty_tally
+from ascend_pd.connector.stats_merged import AscendPDStats
+from ascend_pd.connector.stats_tally import empty_tally
 from ascend_pd.connector.worker import worker_side_class
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class AscendPDConnector(KVConnectorBase_V1):
     @classmethod
     def build_prom_metrics(cls, vllm_config: VllmConfig, metric_types, labelnames: list[str],
                            per_engine_labelvalues: dict[int, list[object]]):
-        from ascend_pd.connector.prom import AscendPDPromMetrics
+        from ascend_pd.connector.stats_prometheus import AscendPDPromMetrics
 
         return AscendPDPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 

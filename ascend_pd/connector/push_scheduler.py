@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
-from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, prompt_tokens_to_load
+from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, peer_of, prompt_tokens_to_load
+from ascend_pd.deploy import handoff
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -17,12 +18,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _receives(params: dict | None) -> bool:
-    return bool(params and params.get("do_remote_prefill") and params.get("transfer_id"))
-
-
-def _sends(params: dict | None) -> bool:
-    return bool(params and params.get("do_remote_decode") and params.get("transfer_id"))
+def _to_send(params: dict[str, Any] | None) -> handoff.PushToPrefill | None:
+    """Prefill side: the transfer a request's KV is written for, or None."""
+    if not handoff.sends_kv(params):
+        return None
+    try:
+        return handoff.decode(params, handoff.PushToPrefill)
+    except handoff.HandoffError as error:
+        logger.warning("%s: %s; no decode instance gets this KV", error, params)
+        return None
 
 
 @dataclass
@@ -42,26 +46,23 @@ class PushScheduler(SchedulerSide):
         self._outgoing: dict[str, _Outgoing] = {}
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
-        if not _receives(request.kv_transfer_params) or not self.takes_peer(request.kv_transfer_params):
+        if self.received(request.kv_transfer_params, handoff.PushToDecode) is None:
             return 0, False
         return prompt_tokens_to_load(request, num_computed_tokens)
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         params = request.kv_transfer_params
-        if _sends(params) and request.request_id not in self._outgoing:
-            self._outgoing[request.request_id] = _Outgoing(str(params["transfer_id"]), request.num_prompt_tokens)
-        elif _receives(params):
+        if request.request_id not in self._outgoing and (sent := _to_send(params)) is not None:
+            self._outgoing[request.request_id] = _Outgoing(sent.transfer_id, request.num_prompt_tokens)
+        elif (pushed := self.received(params, handoff.PushToDecode)) is not None:
             local, first = blocks_to_receive(request, blocks, num_external_tokens, self.block_size)
-            self._queue_recv(request, local, first_block=first)
-            params["do_remote_prefill"] = False
+            self._queue_recv(request, pushed, local, first_block=first)
+            handoff.stop_receiving(params)
 
-    def _queue_recv(self, request: Request, local: list[int], first_block: int) -> None:
-        params = request.kv_transfer_params
-        peer = self.peer_of(params)
-        if peer is not None:
-            self._next.push_recv.append(PushRecv(request_id=request.request_id,
-                                                 transfer_id=str(params["transfer_id"]), peer=peer,
-                                                 local_block_ids=list(local), first_block=first_block))
+    def _queue_recv(self, request: Request, pushed: handoff.PushToDecode, local: list[int], first_block: int) -> None:
+        self._next.push_recv.append(PushRecv(request_id=request.request_id, transfer_id=pushed.transfer_id,
+                                             peer=peer_of(pushed), local_block_ids=list(local),
+                                             first_block=first_block))
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> AscendPDMetadata:
         scheduled = scheduler_output.num_scheduled_tokens
@@ -96,10 +97,11 @@ class PushScheduler(SchedulerSide):
         from vllm.v1.request import RequestStatus
 
         params = request.kv_transfer_params
-        if _receives(params):
+        pushed = self.received(params, handoff.PushToDecode)
+        if pushed is not None:
             # Decode side, finished before blocks were allocated: tell the senders not to wait for us.
-            self._queue_recv(request, [], first_block=0)
-            params["do_remote_prefill"] = False
+            self._queue_recv(request, pushed, [], first_block=0)
+            handoff.stop_receiving(params)
             return False, None
         outgoing = self._outgoing.pop(request.request_id, None)
         if outgoing is None:

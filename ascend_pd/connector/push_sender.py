@@ -50,7 +50,9 @@ class _Target:
 
 
 @dataclass
-class _Outgoing:
+class _Transfer:
+    """One transfer this prefill rank writes: the request's blocks, the decode ranks it writes to, the layers so far."""
+
     request_id: str
     transfer_id: str
     block_ids: list[int]
@@ -66,7 +68,7 @@ class PushSender(WorkerSide):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._outgoing: dict[str, _Outgoing] = {}  # transfer id -> state
+        self._transfers: dict[str, _Transfer] = {}  # transfer id -> state
         self._early: dict[str, list[tuple[float, messages.PushReady]]] = {}  # announcements before the request
         # Notes when a prompt's last layer is in memory (a device wait), never queued behind the writes.
         self._clock = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-pd-clock",
@@ -89,10 +91,10 @@ class PushSender(WorkerSide):
             self._abandon(request_id)
         for send in metadata.push_send:
             with self.lock:
-                out = self._outgoing.get(send.transfer_id)
+                out = self._transfers.get(send.transfer_id)
                 if out is None:
-                    out = _Outgoing(send.request_id, send.transfer_id, send.block_ids, self.targets(send.transfer_id))
-                    self._outgoing[send.transfer_id] = out
+                    out = _Transfer(send.request_id, send.transfer_id, send.block_ids, self.targets(send.transfer_id))
+                    self._transfers[send.transfer_id] = out
                     early = self._early.pop(send.transfer_id, [])
                 else:
                     early = []
@@ -108,7 +110,7 @@ class PushSender(WorkerSide):
         for send in metadata.push_send:
             job = _Job(planes, send.first, send.stop, written)
             with self.lock:
-                out = self._outgoing.get(send.transfer_id)
+                out = self._transfers.get(send.transfer_id)
                 if out is None:
                     continue
                 out.jobs.append(job)
@@ -123,13 +125,13 @@ class PushSender(WorkerSide):
 
     def _prefilled(self, send: PushSend) -> None:
         with self.lock:
-            out = self._outgoing.get(send.transfer_id)
+            out = self._transfers.get(send.transfer_id)
             if out is None:
                 return
             out.prefilled = True
             if not out.targets:  # no decode rank reads from this rank
                 self.served.add(out.request_id)
-                del self._outgoing[send.transfer_id]
+                del self._transfers[send.transfer_id]
                 return
             last_layer = out.jobs[-1].written if out.jobs else None
             out.prefilled_at = self._clock.submit(self._computed_at, last_layer)
@@ -149,14 +151,14 @@ class PushSender(WorkerSide):
                 refusal = messages.Refused(reason=str(error))
                 message = msgspec.structs.replace(message, block_ids=[])
         with self.lock:
-            out = self._outgoing.get(message.transfer_id)
+            out = self._transfers.get(message.transfer_id)
             if out is None:  # D was faster than P's scheduler: keep it until the request shows up
                 self._early.setdefault(message.transfer_id, []).append((time.monotonic(), message))
                 return refusal or messages.Ack()
         reply = self._attach(out, message, time.monotonic())
         return refusal or reply
 
-    def _attach(self, out: _Outgoing, ready: messages.PushReady, received: float) -> messages.Reply:
+    def _attach(self, out: _Transfer, ready: messages.PushReady, received: float) -> messages.Reply:
         rank = ready.dst.tp_rank
         with self.lock:
             target = out.targets.get(rank)
@@ -171,7 +173,7 @@ class PushSender(WorkerSide):
         self._maybe_finalize(out, rank)
         return messages.Ack()
 
-    def _queue_writes(self, out: _Outgoing, rank: int, target: _Target, jobs: list[_Job]) -> None:
+    def _queue_writes(self, out: _Transfer, rank: int, target: _Target, jobs: list[_Job]) -> None:
         """Hand layers to the target's writer (caller holds the lock); layers that pile up while a write is in
         flight go together in the next batch, so a fast prefill makes few large batches and a slow one streams."""
         target.pending.extend(jobs)
@@ -179,7 +181,7 @@ class PushSender(WorkerSide):
             target.draining = True
             target.writes.append(self.jobs.submit(self._drain, out, rank, target))
 
-    def _drain(self, out: _Outgoing, rank: int, target: _Target) -> None:
+    def _drain(self, out: _Transfer, rank: int, target: _Target) -> None:
         while True:
             with self.lock:
                 jobs, target.pending = target.pending, []
@@ -203,7 +205,7 @@ class PushSender(WorkerSide):
         self.device.wait(written)
         return time.time()
 
-    def _write(self, out: _Outgoing, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> int:
+    def _write(self, out: _Transfer, rank: int, ready: messages.PushReady, jobs: list[_Job]) -> int:
         """Write the layers' blocks to a decode rank; the bytes written."""
         reads = [read for read in self.plan.reads(rank, out.transfer_id) if read.src_rank == self.tp_rank]
         for job in jobs:
@@ -248,7 +250,7 @@ class PushSender(WorkerSide):
                 nbytes += self.record(self.transport.run(ready.dst.session, "write", spans))
         return nbytes
 
-    def _maybe_finalize(self, out: _Outgoing, rank: int) -> None:
+    def _maybe_finalize(self, out: _Transfer, rank: int) -> None:
         with self.lock:
             target = out.targets[rank]
             if not out.prefilled or target.ready is None or target.finalizing:
@@ -256,7 +258,7 @@ class PushSender(WorkerSide):
             target.finalizing = True
         self.notices.submit(self._finalize, out, rank, target)
 
-    def _finalize(self, out: _Outgoing, rank: int, target: _Target) -> None:
+    def _finalize(self, out: _Transfer, rank: int, target: _Target) -> None:
         """When every write to a decode rank has completed, tell it so (or that they failed)."""
         ok = True
         for write in target.writes:
@@ -276,14 +278,14 @@ class PushSender(WorkerSide):
                                           nbytes=target.nbytes))
         with self.lock:
             target.done = True
-            if all(t.done for t in out.targets.values()) and self._outgoing.pop(out.transfer_id, None):
+            if all(t.done for t in out.targets.values()) and self._transfers.pop(out.transfer_id, None):
                 self.served.add(out.request_id)
 
     def shutdown(self) -> None:
         super().shutdown()
         self._clock.shutdown(wait=False, cancel_futures=True)
 
-    def _prefilled_at(self, out: _Outgoing) -> float | None:
+    def _prefilled_at(self, out: _Transfer) -> float | None:
         try:
             return out.prefilled_at.result(timeout=self.transport.timeout_s + ENGINE_GRACE_S)
         except FutureTimeout:
@@ -292,8 +294,8 @@ class PushSender(WorkerSide):
     def _abandon(self, request_id: str) -> None:
         """The prefill request ended early: tell the decode ranks already waiting not to expect data."""
         with self.lock:
-            found = [tid for tid, out in self._outgoing.items() if out.request_id == request_id]
-            outs = [self._outgoing.pop(tid) for tid in found]
+            found = [tid for tid, out in self._transfers.items() if out.request_id == request_id]
+            outs = [self._transfers.pop(tid) for tid in found]
         for out in outs:
             for rank, target in out.targets.items():
                 if target.ready is not None and target.ready.block_ids:
@@ -306,7 +308,7 @@ class PushSender(WorkerSide):
             stale = [tid for tid, early in self._early.items() if early[0][0] + self.config.kv_load_timeout_s <= now]
             for tid in stale:
                 del self._early[tid]
-            dropped = [tid for tid, out in self._outgoing.items()
+            dropped = [tid for tid, out in self._transfers.items()
                        if out.request_id in self.held and self.held[out.request_id] <= now]
             for tid in dropped:
-                del self._outgoing[tid]
+                del self._transfers[tid]

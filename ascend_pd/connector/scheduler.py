@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ascend_pd.connector.config import ConnectorConfig
 from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
+from ascend_pd.deploy import handoff
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 logger = logging.getLogger(__name__)
+
+Received = TypeVar("Received", bound=handoff.FromPrefill)
 
 
 class SchedulerSide:
@@ -31,9 +34,12 @@ class SchedulerSide:
         self._held_reported = 0  # prom.py creates the gauge at 0
 
     @property
-    def side_channel_port(self) -> int:
-        """The port of this DP rank's TP rank 0; the proxy and peers add the TP rank."""
-        return self.config.side_channel_port(self.dp_rank, 0)
+    def address(self) -> handoff.KVAddress:
+        """Where this DP rank's connector listens (the side channel of its TP rank 0; peers add the TP rank)."""
+        return handoff.KVAddress(engine_id=self.config.engine_id, host=self.host,
+                                 port=self.config.side_channel_port(self.dp_rank, 0),
+                                 tp_size=self.config.local.tp_size, dp_rank=self.dp_rank,
+                                 rank_hosts=self.config.rank_hosts)
 
     def take_metadata(self) -> AscendPDMetadata:
         metadata, self._next = self._next, AscendPDMetadata()
@@ -62,31 +68,27 @@ class SchedulerSide:
         self._held_reported = len(self._held)
         return self._held_reported
 
-    def peer_of(self, params: dict[str, Any]) -> RemotePeer | None:
-        """The prefill peer named in kv_transfer_params, or None (with a log line) if a field is missing or the peer
-        has another TP size than this connector maps heads from (validation APD415 keeps one per role)."""
-        try:
-            peer = RemotePeer(engine_id=str(params["remote_engine_id"]), host=str(params["remote_host"]),
-                              port=int(params["remote_port"]), tp_size=int(params["remote_tp_size"]),
-                              rank_hosts=tuple(str(h) for h in params.get("remote_rank_hosts") or ()))
-        except (KeyError, TypeError, ValueError) as error:
-            logger.warning("kv_transfer_params without a usable prefill peer (%s): %s; computing locally",
-                           error, params)
+    def received(self, params: dict[str, Any] | None, kind: type[Received]) -> Received | None:
+        """Decode side: what P handed a request that still waits for KV from P, or None. A request whose P cannot
+        be read from (a key missing or mistyped, or another TP size than this connector maps heads from: validation
+        APD415 keeps one per role) stops waiting, with a log line, before any block waits on it: vLLM computes its
+        prompt here."""
+        if not handoff.receives_kv(params):
             return None
+        try:
+            received = handoff.decode(params, kind)
+        except handoff.HandoffError as error:
+            logger.warning("%s: %s; computing locally", error, params)
+            handoff.stop_receiving(params)
+            return None
+        peer = peer_of(received)
         expected = self.config.prefill.tp_size
         if peer.tp_size != expected or peer.rank_hosts and len(peer.rank_hosts) != peer.tp_size:
             logger.warning("prefill %s has tp %d (%d rank hosts), this instance maps KV heads from tp %d; "
                            "computing locally", peer.describe(), peer.tp_size, len(peer.rank_hosts), expected)
+            handoff.stop_receiving(params)
             return None
-        return peer
-
-    def takes_peer(self, params: dict[str, Any]) -> bool:
-        """Whether a decode request's prefill peer can be read from; if not, the request stops asking for remote
-        KV (vLLM computes its prompt here) before any block waits on it."""
-        if self.peer_of(params) is not None:
-            return True
-        params["do_remote_prefill"] = False
-        return False
+        return received
 
     # The vLLM scheduler-side interface; each mode implements it.
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
@@ -100,6 +102,12 @@ class SchedulerSide:
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         raise NotImplementedError
+
+
+def peer_of(received: handoff.FromPrefill) -> RemotePeer:
+    prefill = received.prefill
+    return RemotePeer(engine_id=prefill.engine_id, host=prefill.host, port=prefill.port, tp_size=prefill.tp_size,
+                      rank_hosts=prefill.rank_hosts)
 
 
 def prompt_tokens_to_load(request: Request, num_computed_tokens: int) -> tuple[int, bool]:

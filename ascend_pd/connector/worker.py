@@ -18,7 +18,7 @@ from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
 from ascend_pd.connector.peers import Peers
 from ascend_pd.connector.routes import check_compatible
 from ascend_pd.connector.staging import StagingBuffer
-from ascend_pd.connector.tally import TransferTally
+from ascend_pd.connector.stats_tally import TransferTally
 from ascend_pd.connector.trace import Trace
 from ascend_pd.connector.transport import BatchResult, TransferFailed, Transport, region_limit
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer

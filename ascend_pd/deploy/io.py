@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ascend_pd.deploy.schema import Deployment
+from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster, load_cluster
 from ascend_pd.yamlfile import Loc, dump_yaml, load_model, parse_yaml, validate_model
 
@@ -19,13 +22,43 @@ class LoadedDeployment:
         self.lines = lines
 
     def cluster(self) -> Cluster:
+        """The deployment's cluster, its nodes at the addresses `node_addresses` gives: the one view of where each
+        node is that render, the proxy, the connector's config, preflight and the autoscaler all read."""
+        return load_cluster(self.cluster_ref()).with_host_ips(self._node_addresses())
+
+    def cluster_ref(self) -> str:
+        """The cluster's shipped name, or its file's path (a relative one is relative to the deployment file)."""
         ref = self.deployment.cluster
         path = Path(ref)
         if not path.is_absolute() and path.suffix in (".yaml", ".yml") and self.source:
-            path = Path(self.source).parent / path  # a relative cluster path is relative to the deployment file
+            path = Path(self.source).parent / path
             if path.exists():
                 ref = str(path)
-        return load_cluster(ref)
+        return ref
+
+    def _node_addresses(self) -> dict[str, str]:
+        addresses = self.deployment.node_addresses or {}
+        if addresses:
+            cluster = load_cluster(self.cluster_ref())
+            for name in addresses:
+                cluster.require_node(name, file=self.source, field=f"node_addresses.{name}",
+                                     line=self.lines.get(("node_addresses", name)))
+        return {name: str(address) for name, address in addresses.items()}
+
+    def with_node_addresses(self, addresses: dict[str, str]) -> "LoadedDeployment":
+        """This deployment with more node addresses (`--node-ip`), later ones winning; checked like the file's."""
+        if not addresses:
+            return self
+        merged = {**(self.deployment.node_addresses or {}), **addresses}
+        try:
+            deployment = Deployment.model_validate({**self.deployment.model_dump(), "node_addresses": merged})
+        except ValidationError as error:
+            bad = error.errors()[0]
+            raise InputError(f"{bad['input']!r} is not an IPv4 address", field="--node-ip",
+                             fix="write it as --node-ip a3-00=10.0.0.5") from None
+        loaded = LoadedDeployment(deployment, self.source, self.lines)
+        loaded._node_addresses()  # an unknown node is refused here, not when something first reads the cluster
+        return loaded
 
 
 def load_deployment(path: str | Path) -> LoadedDeployment:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -167,6 +168,10 @@ class Deployment(_Strict):
     slo: SLO | None = None
     instances: list[Instance] = Field(min_length=1)
     proxy: Proxy
+    node_addresses: dict[str, IPv4Address] | None = Field(
+        None, description="node name -> the host address it has at this site, where it differs from the cluster "
+                          "file's host_ip_start numbering; every engine, the proxy and the autoscaler reach the node "
+                          "there (`ascend-pd render --node-ip NODE=IP` writes it into the bundle)")
 
     def by_role(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]

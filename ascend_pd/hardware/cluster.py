@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from ipaddress import IPv4Address
+from pathlib import Path
 from typing import Iterable
 
+from ascend_pd.errors import InputError
 from ascend_pd.hardware.chips import Chip
 
 
@@ -78,6 +80,30 @@ class Cluster:
         except KeyError:
             raise KeyError(f"cluster '{self.name}' has no node '{name}'") from None
 
+    def with_host_ips(self, host_ips: dict[str, str]) -> "Cluster":
+        """The cluster with the named nodes at the given addresses (a site's own, where the file guessed them)."""
+        if not host_ips:
+            return self
+        nodes = tuple(replace(n, host_ip=host_ips[n.name]) if n.name in host_ips else n for n in self.nodes)
+        return replace(self, nodes=nodes, _by_node={}, _node_by_name={})
+
+    def node_fix(self) -> str:
+        """What to write instead of a node this cluster does not have."""
+        known = ", ".join(n.name for n in self.nodes[:4])
+        shipped = not self.source or Path(self.source).parent.parts[-2:] == ("superpod_configs", "clusters")
+        return f"use a node of the cluster (`ascend-pd show cluster {self.name if shipped else self.source}`), " \
+               f"e.g. {known}"
+
+    def require_node(self, name: str, *, field: str, file: str | None = None, line: int | None = None,
+                     otherwise: str | None = None) -> Node:
+        """The node, or the one error every part gives for a node the cluster does not have (`otherwise`: another
+        way out, added to the fix)."""
+        if not self.has_node(name):
+            fix = self.node_fix() + (f", or {otherwise}" if otherwise else "")
+            raise InputError(f"node '{name}' is not in cluster '{self.name}'", file=file, field=field, line=line,
+                             fix=fix)
+        return self.node(name)
+
     def has_node(self, name: str) -> bool:
         return name in self._by_node
 
@@ -92,8 +118,49 @@ class Cluster:
 
     @property
     def chip(self) -> Chip:
-        """The chip of the first node; clusters shipped here are homogeneous."""
-        return self.nodes[0].chip
+        """The chip every node carries. A cluster that mixes chips has no such chip, and pricing it with one of them
+        would misprice the others, so asking is an error: price each chip group (`chip_groups`) instead."""
+        if len(self.chips) > 1:
+            raise InputError(f"cluster '{self.name}' mixes {self.describe_chips()}, and this step prices one chip",
+                             file=self.source or None, field="node_types",
+                             fix="name the chip where the command takes one (--chip), or use a cluster file whose "
+                                 "nodes share one chip")
+        return self.chips[0]
+
+    @cached_property
+    def chips(self) -> tuple[Chip, ...]:
+        """Each chip the nodes carry, once, in node order."""
+        return tuple({node.chip.id: node.chip for node in self.nodes}.values())
+
+    def describe_chips(self) -> str:
+        """'910b3 nodes (type a2) and 910c nodes (type a3)': what an error about a mixed cluster names."""
+        types = {chip.id: sorted({n.type_name for n in self.nodes if n.chip.id == chip.id}) for chip in self.chips}
+        return " and ".join(f"{chip} nodes (type {', '.join(names)})" for chip, names in types.items())
+
+    @cached_property
+    def chip_groups(self) -> dict[str, "Cluster"]:
+        """The nodes of each chip as a cluster of their own, by chip id, with this cluster's name, source and links:
+        an instance on those nodes is priced on that group. A cluster of one chip is its own only group."""
+        if len(self.chips) == 1:
+            return {self.chips[0].id: self}
+        groups = {}
+        for chip in self.chips:
+            nodes = tuple(n for n in self.nodes if n.chip.id == chip.id)
+            names = {n.name for n in nodes}
+            groups[chip.id] = Cluster(
+                name=self.name, description=f"the {chip.id} nodes of {self.name}", nodes=nodes,
+                devices=tuple(d for d in self.devices if d.node in names), links=self.links, topology=self.topology,
+                protocols=self.protocols, source=self.source)
+        return groups
+
+    def chips_of(self, nodes: Iterable[str]) -> tuple[Chip, ...]:
+        """The chips the named nodes carry, each once, in the order met; names the cluster lacks are skipped."""
+        found: dict[str, Chip] = {}
+        for name in nodes:
+            if name in self._node_by_name:
+                chip = self._node_by_name[name].chip
+                found.setdefault(chip.id, chip)
+        return tuple(found.values())
 
     @cached_property
     def superpods(self) -> tuple[int, ...]:

@@ -1,5 +1,5 @@
 """The published measurements of measurements.yaml as fitting rows: what each shipped profile is fitted to and judged
-on, and the validation every row got (validation.yaml, which `python -m ascend_pd.perf.calibrate --write` refits
+on, and the validation every row got (validation.yaml, which `python -m ascend_pd.perf.refit_shipped --write` refits
 and writes with the tables of docs/planner.md)."""
 
 from __future__ import annotations

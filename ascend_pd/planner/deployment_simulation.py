@@ -11,8 +11,7 @@ from ascend_pd.deploy import load_deployment, validate
 from ascend_pd.deploy.schema import SLO, Deployment, Workload
 from ascend_pd.errors import InputError
 from ascend_pd.models import get_model
-from ascend_pd.perf.calibration import load_calibration
-from ascend_pd.perf.cost import CostModel
+from ascend_pd.perf.on_chip import whole_cluster
 from ascend_pd.planner.workload import DEFAULT_SLO, DEFAULT_WORKLOAD
 from ascend_pd.planner.workload_file import build_workload
 
@@ -49,8 +48,9 @@ def simulate_deployment_file(path: str | Path, workload_file: str | Path | None 
         model = get_model(deployment.model.name)
     except InputError as exc:
         raise InputError(exc.message, file=str(path), field="model.name", fix=exc.fix) from None
-    cost = CostModel(model, cluster.chip, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype,
-                     load_calibration(calibration, cluster.chip.id))
+    # Each instance is priced on its own nodes' chip (modes.instance_cost); outside them the simulator reads only
+    # the links and the profile's request overhead, the same for every chip in the shipped profiles.
+    cost = whole_cluster(model, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype, calibration)
     result = simulate(deployment, cost, workload, slo, duration, duration / 4 if warmup is None else warmup, seed,
                       mtp_acceptance, base_dir=Path(path).parent)
     result["devices"] = sum(inst.device_count for inst in deployment.instances)

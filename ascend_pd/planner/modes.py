@@ -15,15 +15,17 @@ from ascend_pd.deploy.schema import Deployment, DevicePlacement, Instance, VllmA
 from ascend_pd.hardware.platform import Platform, platform_of
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.exec_mode import ExecMode
+from ascend_pd.perf.on_chip import on_nodes
 
 ROLES = ("prefill", "decode", "colocated")
 
 
 def instance_cost(cost: CostModel, deployment: Deployment, instance: Instance) -> CostModel:
-    """`cost` in the mode `instance`'s engine runs."""
-    mode = execution_mode(platform_of(cost.cluster), deployment.connector.implementation, instance,
+    """`cost` on the chip of `instance`'s nodes, in the mode its engine runs."""
+    priced = on_nodes(cost, (p.node for p in instance.devices), f"instance '{instance.name}'")
+    mode = execution_mode(platform_of(priced.cluster), deployment.connector.implementation, instance,
                           mla=cost.model.mla is not None)
-    return replace(cost, mode=mode)
+    return replace(priced, mode=mode)
 
 
 def draft_args(role: str, mtp: int) -> list[str]:

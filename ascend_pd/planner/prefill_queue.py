@@ -3,14 +3,13 @@
 The proxy sends each request to the lighter (by prompt tokens queued or running) of two random prefill ranks, and a
 rank prefills its queue in FIFO batches of whole prompts up to its batch-token budget, so one step serves several
 short prompts. Closed-form queues miss both effects (an M/G/2 queue waits three times longer than two-choice routing
-over tens of ranks, and ignores batching, which on a small model multiplies capacity), so the planner plays the
-prefill stage out exactly as the simulator does, on its own and with fixed random draws: the same draws at a higher
-rate never finish sooner, which keeps a search over the rate monotone.
+over tens of ranks, and ignores batching, which on a small model multiplies capacity), so the planner plays out the
+simulator's model of the prefill stage (`prefill_stage.py`) on its own, with fixed random draws: the same draws at a
+higher rate never finish sooner, which keeps a search over the rate monotone.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
+from ascend_pd.planner.prefill_stage import Batch, RankQueue, two_choices
 
 WARMUP_SHARE = 0.1  # requests left out while the pool fills from empty
 StepTime = Callable[[float, float, int], float]
@@ -50,13 +50,14 @@ class PrefillPool:
 
     def saturated_rate(self) -> float:
         """Requests/s one rank prefills when its queue never empties: the prompts in FIFO batches, back to back."""
-        prompts, limit, busy, i = self.prompts, self.batch_tokens, 0.0, 0
-        while i < len(prompts):
-            tokens = squares = count = 0
-            while i < len(prompts) and (not count or tokens + prompts[i] <= limit):
-                tokens, squares, count, i = tokens + prompts[i], squares + prompts[i] ** 2, count + 1, i + 1
-            busy += self.step_time(tokens, squares, count)
-        return len(prompts) / busy
+        rank: RankQueue[int] = RankQueue(self.batch_tokens)
+        for request, prompt in enumerate(self.prompts):
+            rank.enqueue(request, prompt)
+        busy = 0.0
+        while rank.queue:
+            busy += self._took(rank.start())
+            rank.finish()
+        return len(self.prompts) / busy
 
     @classmethod
     def fluid(cls, prompts: np.ndarray, seconds_per_token: float, repeats: int = 1) -> "PrefillPool":
@@ -72,48 +73,43 @@ class PrefillPool:
         n = len(self.prompts)
         done = np.zeros(n)
         duration = np.zeros(n)
-        queues: list[deque[int]] = [deque() for _ in range(ranks)]
-        outstanding = [0] * ranks
-        running: list[tuple[float, list[int], int] | None] = [None] * ranks
-        prompts, limit, step_time = self.prompts, self.batch_tokens, self.step_time
+        pool: list[RankQueue[int]] = [RankQueue(self.batch_tokens) for _ in range(ranks)]
+        ends = [0.0] * ranks  # when each rank's running batch finishes
 
         def start(rank: int, now: float) -> None:
-            queue, batch, tokens, squares = queues[rank], [], 0, 0
-            while queue and (not batch or tokens + prompts[queue[0]] <= limit):
-                request = queue.popleft()
-                batch.append(request)
-                tokens += prompts[request]
-                squares += prompts[request] ** 2
-            took = step_time(tokens, squares, len(batch))
-            running[rank] = (now + took, batch, tokens)
-            duration[batch] = took
+            batch = pool[rank].start()
+            took = self._took(batch)
+            ends[rank] = now + took
+            duration[batch.items] = took
 
         def advance(rank: int, now: float) -> None:
-            while running[rank] is not None and running[rank][0] <= now:
-                end, batch, tokens = running[rank]
-                done[batch] = end
-                outstanding[rank] -= tokens
-                running[rank] = None
-                if queues[rank]:
-                    start(rank, end)
+            while pool[rank].running is not None and ends[rank] <= now:
+                done[pool[rank].finish().items] = ends[rank]
+                if pool[rank].queue:
+                    start(rank, ends[rank])
 
+        def held(rank: int) -> int:
+            advance(rank, now)  # to the arrival being routed
+            return pool[rank].outstanding
+
+        offers = iter(self._offers(ranks))
         for request in range(n):
             now = float(arrivals[request])
-            if ranks == 1:
-                rank = 0
-                advance(0, now)
-            else:
-                first = int(self.draws[request, 0] * ranks)
-                second = int(self.draws[request, 1] * (ranks - 1))
-                second += second >= first  # a second rank, different from the first
-                advance(first, now)
-                advance(second, now)
-                rank = first if outstanding[first] <= outstanding[second] else second
-            queues[rank].append(request)
-            outstanding[rank] += prompts[request]
-            if running[rank] is None:
+            rank = two_choices(range(ranks), lambda _ranks: next(offers), held)
+            advance(rank, now)  # a lone rank was not asked its load
+            pool[rank].enqueue(request, self.prompts[request])
+            if pool[rank].running is None:
                 start(rank, now)
         for rank in range(ranks):
             advance(rank, float("inf"))
         keep = slice(int(n * WARMUP_SHARE), n)
         return PrefillRun((done - arrivals)[keep], duration[keep])
+
+    def _took(self, batch: Batch) -> float:
+        return self.step_time(batch.tokens, batch.square_sum, len(batch.items))
+
+    def _offers(self, ranks: int) -> list[tuple[int, int]]:
+        """The two different ranks each request is offered, from its fixed draws."""
+        first = (self.draws[:, 0] * ranks).astype(int)
+        second = (self.draws[:, 1] * (ranks - 1)).astype(int)
+        return list(zip(first.tolist(), (second + (second >= first)).tolist()))

@@ -8,15 +8,17 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from ascend_pd.defaults import DECODE_SLOT_UTILISATION
 from ascend_pd.deploy import LoadedDeployment
 from ascend_pd.deploy.schema import Deployment, Instance
 from ascend_pd.errors import InputError
+from ascend_pd.hardware import Cluster
 from ascend_pd.models import get_model
 from ascend_pd.perf.calibration import load_calibration
 from ascend_pd.perf.cost import CostModel
+from ascend_pd.perf.on_chip import deployment_group
 from ascend_pd.planner.capacity import Option, Requirements
 from ascend_pd.planner.observed import MIN_LATENCY_SAMPLES, Observed
 from ascend_pd.planner.placement import vllm_args
@@ -100,8 +102,11 @@ def cost_model(loaded: LoadedDeployment, calibration: str | None = None) -> Cost
         model = get_model(deployment.model.name)
     except InputError as exc:
         raise InputError(exc.message, file=loaded.source, field="model.name", fix=exc.fix) from None
-    return CostModel(model, cluster.chip, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype,
-                     load_calibration(calibration, cluster.chip.id))
+    # A re-plan keeps the deployment on its chip: on a cluster that mixes chips, the group its instances run on.
+    group = deployment_group(cluster, (p.node for i in deployment.instances for p in i.devices), loaded.source,
+                             "a re-plan")
+    return CostModel(model, group.chip, group, deployment.model.quantization, deployment.model.kv_cache_dtype,
+                     load_calibration(calibration, group.chip.id))
 
 
 def _deployed_option(instance: Instance) -> Option:
@@ -162,17 +167,6 @@ def correct(cost: CostModel, choice: Choice, req: Requirements, observed: Observ
     return Correction(scales[0], scales[1], f"TTFT p50 and TPOT p50 of {observed.streamed} streamed requests", True)
 
 
-def _target_choice(cost: CostModel, req: Requirements, budget: int, rate: float,
-                   only: set | None) -> tuple[Choice, int]:
-    result = search(cost, req, budget, rate, only=only)
-    settle(cost, result, req, budget, rate)
-    return result.best, result.units
-
-
-def _counts(choice: Choice, units: int) -> Counter[RoleShape]:
-    return Counter({(o.role, o.shape): n * units for o, n in choice.instances})
-
-
 def _capacity_during(steps: list[Step], deployment: Deployment, after: Deployment,
                      rates: dict[RoleShape, float]) -> list[dict[str, Any]]:
     """Requests/s the deployment serves while each step runs: a flipped or stopped instance is gone from its drain
@@ -209,6 +203,156 @@ def _option_rates(cost: CostModel, req: Requirements, budget: int, keys) -> dict
     return {(o.role, o.shape): o.rate for role in options for o in options[role]}
 
 
+@dataclass(frozen=True)
+class _Sizing:
+    """What a re-plan sizes for: the cost model as calibrated, the devices it may take, the design rate and the
+    planner's requirements at that rate."""
+
+    cost: CostModel
+    budget: int
+    rate: float
+    req: Requirements
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The order of steps to the target, or, when no order is safe, why (`problem`), with no steps and what the last
+    order tried would have served."""
+
+    steps: list[Step]
+    deployment: Deployment | None
+    capacity: list[dict[str, Any]]
+    problem: str | None = None
+
+
+def _sizing(loaded: LoadedDeployment, observed: Observed, calibration: str | None, headroom: float,
+            design_rate: float | None, max_devices: int | None) -> _Sizing:
+    deployment = loaded.deployment
+    cost = cost_model(loaded, calibration)
+    budget = min(cost.cluster.device_count, max_devices or cost.cluster.device_count)
+    rate = observed.rate * (1 + headroom) if design_rate is None else max(design_rate, observed.rate)
+    workload = observed.workload().model_copy(update={"rate": rate})
+    inputs = PlanInputs(workload, deployment.slo, rate=rate, kv_mode=deployment.connector.mode,
+                        cluster_ref=deployment.cluster)
+    return _Sizing(cost, budget, rate, requirements(cost, inputs))
+
+
+def _correction(sizing: _Sizing, deployment: Deployment, observed: Observed, prior: Correction) -> Correction:
+    """This window's correction of the cost model, moved from the earlier windows' (`prior`) rather than to it, or
+    `prior` kept when the window cannot tell."""
+    cost, req, budget = sizing.cost, sizing.req, sizing.budget
+    counts = counts_of(deployment)
+    serving = _serving_rate(counts.elements(), _option_rates(
+        replace(cost, prefill_scale=prior.prefill_scale, decode_scale=prior.decode_scale), req, budget, set(counts)))
+    if observed.rate > serving:
+        # past what it serves within the SLO, latencies grow with the queues, not with the engines' speed: they
+        # would read as slow hardware and shrink every option
+        kept = "the earlier windows' correction kept" if prior.measured else "not corrected"
+        return replace(prior, note=f"{kept}: {observed.rate:.2f} req/s is past the {serving:.2f} the "
+                                   "deployment serves within the SLO, where latencies measure queues")
+    found = correct(cost, deployed_choice(deployment), req, observed, budget)
+    if prior.measured and not found.measured:  # a window too quiet to tell says nothing new
+        return replace(prior, note=f"the earlier windows' correction kept: {found.note}")
+    if prior.measured:
+        w = CORRECTION_WEIGHT
+        return Correction(prior.prefill_scale ** (1 - w) * found.prefill_scale ** w,
+                          prior.decode_scale ** (1 - w) * found.decode_scale ** w,
+                          f"{found.note}, averaged with the earlier windows'", True)
+    return found
+
+
+def _target_choice(cost: CostModel, sizing: _Sizing, only: set | None) -> Choice:
+    """The planner's best choice for the design rate, with every instance count multiplied out by its units."""
+    result = search(cost, sizing.req, sizing.budget, sizing.rate, only=only)
+    settle(cost, result, sizing.req, sizing.budget, sizing.rate)
+    best, units = result.best, result.units
+    return replace(best, instances=tuple((o, n * units) for o, n in best.instances), devices=best.devices * units)
+
+
+def _target(cost: CostModel, sizing: _Sizing, deployment: Deployment) -> tuple[Choice | None, list[str]]:
+    """What the plan gives for the design rate, on the deployment's own instance shapes when they can carry it, and
+    what to say about it; None when nothing on the cluster meets the SLO."""
+    try:
+        return _target_choice(cost, sizing, {shape_of(i) for i in deployment.instances}), []
+    except InputError:
+        pass
+    try:
+        return _target_choice(cost, sizing, None), [
+            "the deployment's instance shapes cannot carry this load on the cluster; other shapes can"]
+    except InputError as exc:
+        cluster = cost.cluster
+        within = f" within {sizing.budget} of its devices" if sizing.budget < cluster.device_count else ""
+        return None, [f"nothing on cluster '{cluster.name}'{within} meets the SLO at this load: {exc.message}"]
+
+
+def _counts(choice: Choice) -> Counter[RoleShape]:
+    return Counter({(o.role, o.shape): n for o, n in choice.instances})
+
+
+def _meets(figures: Figures, required: float) -> bool:
+    return figures.predicted["slo_attainment"] >= required - 1e-9
+
+
+def _why_keep(deployment: Deployment, counts: Counter[RoleShape], current: Figures, target: Figures,
+              at_margin: Callable[[float], float], margin_rate: float, min_gain: float, min_saving: float,
+              shrink_margin: float) -> str | None:
+    """Why the running deployment stays as it is, or None when the change is worth making: one that misses the SLO
+    must gain enough attainment, one that meets it must free enough devices and still meet it at `margin_rate`
+    (`at_margin(rate)`: the target's attainment there)."""
+    required = deployment.slo.attainment
+    if counts == counts_of(deployment):
+        return "the deployment already has the instances the plan gives for this workload"
+    before = current.predicted["slo_attainment"]
+    gain = target.predicted["slo_attainment"] - before
+    saving = 1 - target.devices / current.devices
+    if not _meets(current, required):
+        if gain < min_gain:
+            return f"the change would raise SLO attainment by {gain:.1%} only (threshold {min_gain:.0%})"
+        return None
+    if saving < min_saving:
+        freed = (f"the plan would free {saving:.0%} of its devices (threshold {min_saving:.0%})" if saving > 0 else
+                 f"the plan ({target.label}) would free no device")
+        return f"the deployment meets the SLO ({before:.0%} >= {required:.0%}); {freed}"
+    margin = at_margin(margin_rate)
+    if margin < required - 1e-9:
+        return (f"the deployment meets the SLO; the smaller {target.label} would miss it at {margin_rate:.2f} req/s "
+                f"({shrink_margin:.0%} shrink margin): {margin:.0%}")
+    return None
+
+
+def _safe_steps(deployment: Deployment, cluster: Cluster, counts: Counter[RoleShape], vllm: dict,
+                rates: dict[RoleShape, float], load: float) -> _Steps:
+    """Steps to `counts` during which the deployment serves `load` (or what it served, when that was less)."""
+    short, capacity = None, []
+    for flips in (True, False):  # restarting instances in place is the smaller change; new devices may be safer
+        try:
+            after, steps = resize(deployment, cluster, counts, vllm, flips)
+        except InputError as exc:
+            short = short or {"step": "placement", "problem": exc.message}
+            continue
+        capacity = _capacity_during(steps, deployment, after, rates)
+        short = _unsafe(capacity, load)
+        if short is None:
+            return _Steps(steps, after, capacity)
+    problem = short.get("problem") or (f"the deployment would serve {short['rate_rps']:.2f} req/s, below the "
+                                       f"{load:.2f} req/s arriving")
+    return _Steps([], None, capacity, f"no safe order of steps: during '{short['step']}' {problem}")
+
+
+def _change_reasons(deployment: Deployment, counts: Counter[RoleShape], current: Figures, target: Figures,
+                    rates: dict[RoleShape, float]) -> list[str]:
+    misses = not _meets(current, deployment.slo.attainment)
+    reasons = [("the deployment misses the SLO" if misses else "the deployment meets the SLO with room to spare")
+               + f": predicted attainment {current.predicted['slo_attainment']:.0%} -> "
+               f"{target.predicted['slo_attainment']:.0%} on {current.devices} -> {target.devices} devices"]
+    running = counts_of(deployment)
+    for (role, shape), n in sorted(counts.items(), key=lambda kv: kv[0][0]):
+        per = rates.get((role, shape), math.nan)
+        reasons.append(f"{role} {shape.label()}: {running.get((role, shape), 0)} -> {n} instances, each "
+                       f"sustains {per:.2f} req/s within the SLO at this workload")
+    return reasons
+
+
 def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None = None, headroom: float = HEADROOM,
            min_gain: float = MIN_GAIN, min_saving: float = MIN_SAVING, shrink_margin: float = SHRINK_MARGIN,
            prior: Correction | None = None, design_rate: float | None = None,
@@ -220,108 +364,32 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
     if deployment.slo is None:
         raise InputError("the deployment has no SLO to re-plan for", file=loaded.source, field="slo",
                          fix="add slo: {ttft_ms: ..., tpot_ms: ..., attainment: ...}")
-    cost = cost_model(loaded, calibration)
-    cluster = cost.cluster
-    budget = min(cluster.device_count, max_devices or cluster.device_count)
-    design_rate = observed.rate * (1 + headroom) if design_rate is None else max(design_rate, observed.rate)
-    workload = observed.workload().model_copy(update={"rate": design_rate})
-    inputs = PlanInputs(workload, deployment.slo, rate=design_rate, kv_mode=deployment.connector.mode,
-                        cluster_ref=deployment.cluster)
-    req = requirements(cost, inputs)
-    current_choice = deployed_choice(deployment)
-    prior = prior or Correction()
-    serving = _serving_rate(counts_of(deployment).elements(), _option_rates(
-        replace(cost, prefill_scale=prior.prefill_scale, decode_scale=prior.decode_scale), req, budget,
-        set(counts_of(deployment))))
-    if observed.rate > serving:
-        # past what it serves within the SLO, latencies grow with the queues, not with the engines' speed: they
-        # would read as slow hardware and shrink every option
-        kept = "the earlier windows' correction kept" if prior.measured else "not corrected"
-        correction = replace(prior, note=f"{kept}: {observed.rate:.2f} req/s is past the {serving:.2f} the "
-                                         "deployment serves within the SLO, where latencies measure queues")
-    else:
-        correction = correct(cost, current_choice, req, observed, budget)
-        if prior.measured and not correction.measured:  # a window too quiet to tell says nothing new
-            correction = replace(prior, note=f"the earlier windows' correction kept: {correction.note}")
-        elif prior.measured and correction.measured:  # move from the earlier windows' correction, not to this one
-            w = CORRECTION_WEIGHT
-            correction = Correction(prior.prefill_scale ** (1 - w) * correction.prefill_scale ** w,
-                                    prior.decode_scale ** (1 - w) * correction.decode_scale ** w,
-                                    f"{correction.note}, averaged with the earlier windows'", True)
-    cost = replace(cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
-    before = attainment(cost, current_choice, req, budget, design_rate)
-    current = Figures(current_choice.label(), current_choice.devices, before)
-    reasons = [f"observed {observed.describe()}; sized for {design_rate:.2f} req/s "
-               f"({design_rate / observed.rate - 1:.0%} above it)"]
-    required = deployment.slo.attainment
-
-    shapes = {shape_of(i) for i in deployment.instances}
-    try:
-        choice, units = _target_choice(cost, req, budget, design_rate, shapes)
-    except InputError:
-        try:
-            choice, units = _target_choice(cost, req, budget, design_rate, None)
-            reasons.append("the deployment's instance shapes cannot carry this load on the cluster; other shapes can")
-        except InputError as exc:
-            within = f" within {budget} of its devices" if budget < cluster.device_count else ""
-            reasons.append(f"nothing on cluster '{cluster.name}'{within} meets the SLO at this load: {exc.message}")
-            return Proposal(observed, design_rate, correction, current, None, False, reasons)
-    target_counts = _counts(choice, units)
-    after_choice = replace(choice, instances=tuple((o, n * units) for o, n in choice.instances),
-                           devices=choice.devices * units)
-    target = Figures(after_choice.label(), after_choice.devices, attainment(cost, after_choice, req, budget,
-                                                                          design_rate))
-    proposal = Proposal(observed, design_rate, correction, current, target, False, reasons)
-    at_load = attainment(cost, current_choice, req, budget, observed.rate)["slo_attainment"]
-    proposal.urgent = at_load < deployment.slo.attainment - 1e-9
-    if target_counts == counts_of(deployment):
-        reasons.append("the deployment already has the instances the plan gives for this workload")
-        return proposal
-    meets_now = before["slo_attainment"] >= required - 1e-9
-    gain = target.predicted["slo_attainment"] - before["slo_attainment"]
-    saving = 1 - target.devices / current.devices
-    if not meets_now and gain < min_gain:
-        reasons.append(f"the change would raise SLO attainment by {gain:.1%} only (threshold {min_gain:.0%})")
-        return proposal
-    if meets_now and saving < min_saving:
-        freed = (f"the plan would free {saving:.0%} of its devices (threshold {min_saving:.0%})" if saving > 0 else
-                 f"the plan ({target.label}) would free no device")
-        reasons.append(f"the deployment meets the SLO ({before['slo_attainment']:.0%} >= {required:.0%}); {freed}")
-        return proposal
-    if meets_now:
-        margin_rate = design_rate + observed.rate * shrink_margin
-        at_margin = attainment(cost, after_choice, req, budget, margin_rate)["slo_attainment"]
-        if at_margin < required - 1e-9:
-            reasons.append(f"the deployment meets the SLO; the smaller {target.label} would miss it at "
-                           f"{margin_rate:.2f} req/s ({shrink_margin:.0%} shrink margin): {at_margin:.0%}")
-            return proposal
-
+    sizing = _sizing(loaded, observed, calibration, headroom, design_rate, max_devices)
+    correction = _correction(sizing, deployment, observed, prior or Correction())
+    cost = replace(sizing.cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
+    req, budget, rate, required = sizing.req, sizing.budget, sizing.rate, deployment.slo.attainment
+    deployed = deployed_choice(deployment)
+    current = Figures(deployed.label(), deployed.devices, attainment(cost, deployed, req, budget, rate))
+    reasons = [f"observed {observed.describe()}; sized for {rate:.2f} req/s ({rate / observed.rate - 1:.0%} above it)"]
+    choice, said = _target(cost, sizing, deployment)
+    reasons += said
+    if choice is None:
+        return Proposal(observed, rate, correction, current, None, False, reasons)
+    target = Figures(choice.label(), choice.devices, attainment(cost, choice, req, budget, rate))
+    counts = _counts(choice)
+    # missing the SLO at the observed rate itself, not only at the design rate
+    urgent = attainment(cost, deployed, req, budget, observed.rate)["slo_attainment"] < required - 1e-9
+    keep = _why_keep(deployment, counts, current, target,
+                     lambda margin_rate: attainment(cost, choice, req, budget, margin_rate)["slo_attainment"],
+                     rate + observed.rate * shrink_margin, min_gain, min_saving, shrink_margin)
+    if keep is not None:
+        return Proposal(observed, rate, correction, current, target, False, [*reasons, keep], urgent=urgent)
     vllm = {(o.role, o.shape): vllm_args(cost, o, req) for o, _ in choice.instances}
-    rates = _option_rates(cost, req, budget, set(counts_of(deployment)) | set(target_counts))
-    short = None
-    for flips in (True, False):  # restarting instances in place is the smaller change; new devices may be safer
-        try:
-            new_deployment, steps = resize(deployment, cluster, target_counts, vllm, flips)
-        except InputError as exc:
-            short = short or {"step": "placement", "problem": exc.message}
-            continue
-        capacity = _capacity_during(steps, deployment, new_deployment, rates)
-        proposal.steps, proposal.deployment, proposal.capacity = steps, new_deployment, capacity
-        short = _unsafe(capacity, observed.rate)
-        if short is None:
-            break
-    if short is not None:
-        problem = short.get("problem") or (f"the deployment would serve {short['rate_rps']:.2f} req/s, below the "
-                                           f"{observed.rate:.2f} req/s arriving")
-        reasons.append(f"no safe order of steps: during '{short['step']}' {problem}")
-        proposal.steps, proposal.deployment = [], None
-        return proposal
-    proposal.change = True
-    reasons.append(("the deployment misses the SLO" if not meets_now else "the deployment meets the SLO with room to "
-                    "spare") + f": predicted attainment {before['slo_attainment']:.0%} -> "
-                   f"{target.predicted['slo_attainment']:.0%} on {current.devices} -> {target.devices} devices")
-    for (role, shape), n in sorted(target_counts.items(), key=lambda kv: kv[0][0]):
-        per = rates.get((role, shape), math.nan)
-        reasons.append(f"{role} {shape.label()}: {counts_of(deployment).get((role, shape), 0)} -> {n} instances, each "
-                       f"sustains {per:.2f} req/s within the SLO at this workload")
-    return proposal
+    rates = _option_rates(cost, req, budget, set(counts_of(deployment)) | set(counts))
+    order = _safe_steps(deployment, cost.cluster, counts, vllm, rates, observed.rate)
+    if order.problem is not None:
+        return Proposal(observed, rate, correction, current, target, False, [*reasons, order.problem],
+                        capacity=order.capacity, urgent=urgent)
+    return Proposal(observed, rate, correction, current, target, True,
+                    [*reasons, *_change_reasons(deployment, counts, current, target, rates)], order.steps, order.deployment,
+                    order.capacity, urgent)

@@ -1,6 +1,6 @@
 """Discrete-event simulation of a deployment: Poisson arrivals routed like the proxy's least-loaded policy (the
-lighter of two random ranks), batched prefill on P, KV transfer, continuous batching on D within max_num_seqs and
-the KV cache, chunked prefill on colocated instances.
+lighter of two random ranks) and batched prefill on P, both played out on the planner's model (`prefill_stage.py`),
+KV transfer, continuous batching on D within max_num_seqs and the KV cache, chunked prefill on colocated instances.
 
 Decode ranks advance as a fluid between events: with B sequences a rank emits `accepted` tokens per sequence every
 step(B, context), so only admissions and completions are events, not every step. Step and prefill times come from
@@ -25,6 +25,7 @@ from ascend_pd.hardware import LinkTier
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.shape import Shape
 from ascend_pd.planner.modes import instance_cost
+from ascend_pd.planner.prefill_stage import RankQueue, two_choices
 from ascend_pd.planner.replicas import MAX_SIMULATED_REQUESTS, identical_groups
 from ascend_pd.planner.workload import LengthSamples
 
@@ -56,15 +57,12 @@ class StepTable:
         return float(np.interp(context, self.contexts, self.table[min(batch, len(self.table)) - 1]))
 
 
-class PrefillRank:
-    """One DP rank of a prefill instance: FIFO queue, one batch of whole prompts at a time."""
+class PrefillRank(RankQueue[Request]):
+    """One DP rank of a prefill instance: its queue, and where and how fast it runs."""
 
     def __init__(self, instance: Instance, shape: Shape, first_device, batch_tokens: int):
+        super().__init__(batch_tokens)
         self.instance, self.shape, self.first_device = instance, shape, first_device
-        self.batch_tokens = batch_tokens
-        self.queue: deque[Request] = deque()
-        self.busy = False
-        self.outstanding = 0  # prompt tokens queued or running, for least-loaded routing
 
 
 @dataclass
@@ -169,30 +167,20 @@ class Simulation:
         heapq.heappush(self.events, (time, next(self.counter), kind, payload))
 
     def _two_choices(self, ranks: list, load):
-        """The proxy's least-loaded policy: the lighter of two ranks drawn at random."""
-        if len(ranks) == 1:
-            return ranks[0]
-        first, second = self.pick.sample(ranks, 2)
-        return first if load(first) <= load(second) else second
+        """The proxy's least-loaded policy, its two ranks drawn from this run's random stream."""
+        return two_choices(ranks, lambda count: self.pick.sample(range(count), 2), load)
 
     def _link(self, a, b) -> LinkTier | None:
         return self.cost.cluster.link_between(a, b)
 
     # --- prefill -------------------------------------------------------------------------------------------------
     def _start_batch(self, rank: PrefillRank, now: float) -> None:
-        batch, tokens = [], 0
-        while rank.queue and (not batch or tokens + rank.queue[0].prompt <= rank.batch_tokens):
-            request = rank.queue.popleft()
-            batch.append(request)
-            tokens += request.prompt
-        rank.busy = True
+        batch = rank.start().items
         duration = self.costs[rank.instance.name].prefill_time(rank.shape, [float(r.prompt) for r in batch]).total
-        self.push(now + duration, "prefill_done", rank, batch, duration)
+        self.push(now + duration, "prefill_done", rank, duration)
 
-    def _prefill_done(self, now: float, rank: PrefillRank, batch: list[Request], duration: float) -> None:
-        rank.busy = False
-        for request in batch:
-            rank.outstanding -= request.prompt
+    def _prefill_done(self, now: float, rank: PrefillRank, duration: float) -> None:
+        for request in rank.finish().items:
             target = self._two_choices(self.decode_only, lambda r: r.load)
             transfer = self.cost.kv_transfer_time(rank.shape, request.prompt,
                                                   self._link(rank.first_device, target.first_device))
@@ -291,9 +279,8 @@ class Simulation:
     def _arrival(self, now: float, request: Request) -> None:
         if self.prefill:
             rank = self._two_choices(self.prefill, lambda r: r.outstanding)
-            rank.outstanding += request.prompt
-            rank.queue.append(request)
-            if not rank.busy:
+            rank.enqueue(request, request.prompt)
+            if rank.running is None:
                 self._start_batch(rank, now)
             return
         rank = self._two_choices(self.colocated, lambda r: r.load)

@@ -9,8 +9,9 @@ from typing import Any
 
 import msgspec
 
+from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.backend_table import KVEntry, TableEntry, decode_table, draining, with_entry, without
+from ascend_pd.proxy.backend_table import TableEntry, decode_table, draining, with_entry, without
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
@@ -25,7 +26,7 @@ class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
     role: str | None = None
     instance: str | None = None  # the name metrics and logs give it (default: host:port)
     dp_rank: int = 0
-    kv: KVEntry | None = None
+    kv: KVAddress | None = None
 
 
 def workload_document(pool: BackendPool, window: WorkloadWindow, parts: list[WindowContents]) -> dict:

@@ -40,7 +40,7 @@ from ascend_pd.proxy.workload_window import EventCounter, RequestSample, Workloa
 MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts with inline images fit; anything larger is refused with a 413
 
 
-class Proxy:
+class ProxyState:
     """The state one proxy process shares between requests."""
 
     def __init__(self, endpoints: Iterable[Endpoint], settings: ProxySettings, tokens: TokenCounter | None = None,
@@ -78,7 +78,7 @@ class ProxyServer:
     """The proxy serving on a socket: its HTTP server, the clients it calls backends with, and its background tasks
     (health checks). `cleanup()` stops it."""
 
-    def __init__(self, proxy: Proxy, siblings: Siblings | None = None):
+    def __init__(self, proxy: ProxyState, siblings: Siblings | None = None):
         self.proxy = proxy
         self.siblings = siblings
         self.routes: dict[tuple[str, str], Handler] = {
@@ -161,7 +161,7 @@ class ProxyServer:
             return exc.response()
 
 
-async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
+async def _completions(proxy: ProxyState, request: Request) -> Response | Stream:
     endpoint = request.path
     if proxy.inflight >= proxy.settings.max_inflight:
         proxy.metrics.request_outcome(endpoint, "429").inc()
@@ -205,7 +205,7 @@ async def _completions(proxy: Proxy, request: Request) -> Response | Stream:
             proxy.window.add(RequestSample(arrived_wall, prompt_tokens, output_tokens, ttft, tpot, outcome == "200"))
 
 
-def _context(request: Request, proxy: Proxy) -> RequestContext:
+def _context(request: Request, proxy: ProxyState) -> RequestContext:
     try:
         body = msgspec.json.decode(request.body)
     except msgspec.DecodeError as exc:
@@ -228,7 +228,7 @@ def _context(request: Request, proxy: Proxy) -> RequestContext:
                           streaming=streaming, usage_added=usage_added)
 
 
-async def _models(proxy: Proxy, request: Request) -> Response:
+async def _models(proxy: ProxyState, request: Request) -> Response:
     for role in ("decode", "colocated", "prefill"):
         for backend in proxy.pool.candidates(role):
             try:
@@ -241,18 +241,18 @@ async def _models(proxy: Proxy, request: Request) -> Response:
                       retry_after=proxy.settings.retry_after_seconds)
 
 
-async def _health(proxy: Proxy, request: Request) -> Response:
+async def _health(proxy: ProxyState, request: Request) -> Response:
     servable = proxy.servable()
     body = {"status": "ok" if servable else "unavailable", "mode": proxy.mode_now(), "inflight": proxy.inflight,
             "backends": [b.describe() for b in proxy.pool.all()]}
     return Response(msgspec.json.encode(body), 200 if servable else 503)
 
 
-async def _metrics(proxy: Proxy, request: Request) -> Response:
+async def _metrics(proxy: ProxyState, request: Request) -> Response:
     return Response(proxy.metrics.exposition(), content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-async def _metaserver(proxy: Proxy, request: Request) -> Response:
+async def _metaserver(proxy: ProxyState, request: Request) -> Response:
     try:
         payload = msgspec.json.decode(request.body)
     except msgspec.DecodeError:
@@ -262,7 +262,7 @@ async def _metaserver(proxy: Proxy, request: Request) -> Response:
     return Response(b'{"status":"ok"}')
 
 
-async def start_server(proxy: Proxy, host: str, port: int, reuse_port: bool = False,
+async def start_server(proxy: ProxyState, host: str, port: int, reuse_port: bool = False,
                        siblings: Siblings | None = None) -> tuple[ProxyServer, str]:
     """Serve the proxy on host:port (0 picks a free port); returns the server to clean up and its base URL.
     A client that disconnects cancels its handler, which is what closes the upstream requests. `siblings` makes

@@ -73,12 +73,10 @@ def _from_deployment(path: str, mode: str | None, port: int | None, policy: str 
     port = port if port is not None else loaded.deployment.proxy.port
     if flow == "layerwise" and advertise_url is None:
         # D instances call back the proxy's node as the cluster names it, not whatever address it listens on
-        cluster, node = loaded.cluster(), loaded.deployment.proxy.node
-        if not cluster.has_node(node):
-            raise InputError(f"node '{node}' is not in cluster '{cluster.name}'", file=loaded.source,
-                             field="proxy.node", line=loaded.lines.get(("proxy", "node")),
-                             fix="name a node of the cluster, or pass --advertise-url")
-        advertise_url = f"http://{cluster.node(node).host_ip}:{port}"
+        node = loaded.cluster().require_node(loaded.deployment.proxy.node, file=loaded.source, field="proxy.node",
+                                             line=loaded.lines.get(("proxy", "node")),
+                                             otherwise="pass --advertise-url")
+        advertise_url = f"http://{node.host_ip}:{port}"
     return BackendChoice(endpoints, flow, port, policy or loaded.deployment.proxy.policy or DEFAULT_POLICY,
                          advertise_url, revision_of(loaded.deployment))
 

@@ -8,7 +8,6 @@ proxy started: bash deployments keep it beside the proxy, Kubernetes mounts it f
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -16,22 +15,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.endpoints import KVAddress, Endpoint
+from ascend_pd.proxy.endpoints import Endpoint
 
 if TYPE_CHECKING:
     from ascend_pd.proxy.backends import BackendPool
-
-
-class KVEntry(msgspec.Struct, forbid_unknown_fields=True):
-    """Where a backend's KV connector listens (push mode hands it to D): as deployment.yaml gives it."""
-
-    engine_id: str
-    host: str
-    port: int
-    tp_size: int = 1
-    dp_rank: int = 0
-    rank_hosts: tuple[str, ...] = ()  # each TP rank's host, when the ranks span nodes
 
 
 class TableEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -39,7 +28,7 @@ class TableEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     role: str
     instance: str | None = None  # the name metrics and logs give it (default: host:port)
     dp_rank: int = 0
-    kv: KVEntry | None = None
+    kv: KVAddress | None = None
     draining: bool = False  # served to the end of its requests, chosen for no new one
 
 
@@ -57,13 +46,11 @@ class BackendTable(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def entry_of(endpoint: Endpoint, draining: bool = False) -> TableEntry:
-    kv = None if endpoint.kv is None else KVEntry(**dataclasses.asdict(endpoint.kv))
-    return TableEntry(endpoint.url, endpoint.role, endpoint.instance, endpoint.dp_rank, kv, draining)
+    return TableEntry(endpoint.url, endpoint.role, endpoint.instance, endpoint.dp_rank, endpoint.kv, draining)
 
 
 def endpoint_of(entry: TableEntry) -> Endpoint:
-    kv = KVAddress(**msgspec.structs.asdict(entry.kv)) if entry.kv else None
-    return Endpoint(entry.url, entry.role, entry.instance or entry.url.split("://", 1)[-1], entry.dp_rank, kv)
+    return Endpoint(entry.url, entry.role, entry.instance or entry.url.split("://", 1)[-1], entry.dp_rank, entry.kv)
 
 
 def table_of(endpoints: list[Endpoint], generation: int, revision: str) -> BackendTable:

@@ -7,23 +7,12 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from ascend_pd.deploy import LoadedDeployment
+from ascend_pd.deploy.handoff import KVAddress
+from ascend_pd.deploy.layout import engine_ranks
 from ascend_pd.errors import InputError
 
 Role = Literal["prefill", "decode", "colocated"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "colocated")
-
-
-@dataclass(frozen=True)
-class KVAddress:
-    """Where the KV connector of one DP rank listens: what push mode hands to D so it can reach P."""
-
-    engine_id: str
-    host: str
-    port: int  # side channel of TP rank 0 of this DP rank
-    tp_size: int
-    dp_rank: int
-    # The host of each TP rank when the ranks span nodes; empty when every rank listens on `host`.
-    rank_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -42,24 +31,13 @@ class Endpoint:
 
 
 def endpoints_from_deployment(loaded: LoadedDeployment) -> list[Endpoint]:
-    """Every DP rank of every instance: http_port + rank on the host_ip of the rank's leader node."""
-    deployment = loaded.deployment
-    cluster = loaded.cluster()
+    """Every DP rank of every instance, where the deployment's rank layout puts it (deploy/layout.py)."""
     endpoints = []
-    for index, instance in enumerate(deployment.instances):
-        tp = instance.parallel.tp
-        for rank, leader, port in instance.endpoints():
-            if not cluster.has_node(leader.node):
-                raise InputError(f"node '{leader.node}' is not in cluster '{cluster.name}'", file=loaded.source,
-                                 field=f"instances.{index}.devices", line=loaded.lines.get(("instances", index)),
-                                 fix=f"use a node of {cluster.name} (ascend-pd show {cluster.name})")
-            host = cluster.node(leader.node).host_ip
-            rank_hosts = [cluster.node(p.node).host_ip for p in instance.rank_groups()[rank] for _ in p.devices]
-            kv = KVAddress(engine_id=instance.effective_engine_id, host=host,
-                           port=instance.kv_port + rank * tp, tp_size=tp, dp_rank=rank,
-                           rank_hosts=tuple(rank_hosts) if len(set(rank_hosts)) > 1 else ())
-            endpoints.append(Endpoint(url=f"http://{host}:{port}", role=instance.role, instance=instance.name,
-                                      dp_rank=rank, kv=kv))
+    for rank in engine_ranks(loaded):
+        kv = KVAddress(engine_id=rank.reported_engine_id, host=rank.host, port=rank.kv_port,
+                       tp_size=rank.instance.parallel.tp, dp_rank=rank.dp_rank, rank_hosts=rank.rank_hosts)
+        endpoints.append(Endpoint(url=rank.url, role=rank.instance.role, instance=rank.instance.name,
+                                  dp_rank=rank.dp_rank, kv=kv))
     return endpoints
 
 

@@ -8,12 +8,12 @@ import logging
 import aiohttp
 
 from ascend_pd.proxy.backends import Backend, BackendPool
-from ascend_pd.proxy.settings import Timeouts
+from ascend_pd.proxy.settings import BackendTimeouts
 
 log = logging.getLogger("ascend_pd.proxy.health")
 
 
-def make_control_session(timeouts: Timeouts) -> aiohttp.ClientSession:
+def make_control_session(timeouts: BackendTimeouts) -> aiohttp.ClientSession:
     """The session for the control plane: health checks, engine metrics, /v1/models. Requests go through the
     proxy's own client (ascend_pd.proxy.wire)."""
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, enable_cleanup_closed=True)

@@ -18,7 +18,7 @@ import time
 from typing import Callable
 
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.app import Proxy, start_server
+from ascend_pd.proxy.app import ProxyState, start_server
 from ascend_pd.proxy.event_loop import EventLoopChoice, new_event_loop
 from ascend_pd.proxy.memory_trace import install_from_environment
 from ascend_pd.proxy.siblings import Siblings, make_siblings
@@ -35,8 +35,9 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def serve(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: int, event_loop: EventLoopChoice = "auto",
-          workers: int = 1, started: Callable[[str], None] = lambda loop_name: None) -> None:
+def serve(make_proxy: Callable[[Siblings | None], ProxyState], host: str, port: int,
+          event_loop: EventLoopChoice = "auto", workers: int = 1,
+          started: Callable[[str], None] = lambda loop_name: None) -> None:
     """Serve the proxy `make_proxy` builds (once per worker, after the fork, so no two workers share a random
     state) on host:port; `started` hears the event loop's name once the port is known to be free."""
     check_port_free(host, port)
@@ -76,7 +77,7 @@ def listen_error(host: str, port: int, exc: OSError) -> InputError:
                       fix="pass an address of this machine, or 0.0.0.0 for all of them")
 
 
-def _run_worker(loop: asyncio.AbstractEventLoop, proxy: Proxy, host: str, port: int, reuse_port: bool,
+def _run_worker(loop: asyncio.AbstractEventLoop, proxy: ProxyState, host: str, port: int, reuse_port: bool,
                 siblings: Siblings | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop taking connections and finish what is in flight (1 s grace)."""
     asyncio.set_event_loop(loop)
@@ -111,7 +112,7 @@ def _die_with(supervisor: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _supervise(make_proxy: Callable[[Siblings | None], Proxy], host: str, port: int, event_loop: EventLoopChoice,
+def _supervise(make_proxy: Callable[[Siblings | None], ProxyState], host: str, port: int, event_loop: EventLoopChoice,
                workers: int) -> bool:
     """Fork the workers and keep them running: one that dies is started again (its share of the load table is
     cleared first); SIGTERM or SIGINT stops them all and waits for them. False if they kept dying."""

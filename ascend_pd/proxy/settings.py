@@ -16,8 +16,9 @@ Mode = Literal["pull", "push", "layerwise", "colocated"]
 
 
 @dataclass(frozen=True)
-class Timeouts:
-    """Seconds. Every one is finite: a hung backend costs one request its timeout, never hangs it forever."""
+class BackendTimeouts:
+    """What the proxy waits for a backend, in seconds. Every one is finite: a hung backend costs one request its
+    timeout, never hangs it forever."""
 
     connect: float = 5.0
     read: float = 300.0  # longest silence between two reads from a backend (a long prefill sends nothing)
@@ -28,7 +29,7 @@ class Timeouts:
 @dataclass(frozen=True)
 class ProxySettings:
     mode: Mode = "pull"
-    timeouts: Timeouts = field(default_factory=Timeouts)
+    timeouts: BackendTimeouts = field(default_factory=BackendTimeouts)
     prefill_policy: str = PROXY_POLICY
     decode_policy: str = PROXY_POLICY
     max_inflight: int = 1024

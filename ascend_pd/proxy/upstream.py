@@ -11,9 +11,8 @@ import msgspec
 
 from ascend_pd.proxy.backends import Backend, Lease
 from ascend_pd.proxy.failures import UpstreamFailure
-from ascend_pd.proxy.settings import Timeouts
-from ascend_pd.proxy.wire.client import ConnectionFailed, HttpClient, Response, Target
-from ascend_pd.proxy.wire.client import Timeouts as CallTimeouts
+from ascend_pd.proxy.settings import BackendTimeouts
+from ascend_pd.proxy.wire.client import CallTimeouts, ConnectionFailed, HttpClient, Response, Target
 
 ERROR_BODY_LIMIT = 64 * 1024
 STREAMED_ERROR = b'data: {"error"'
@@ -21,7 +20,7 @@ STREAMED_ERROR = b'data: {"error"'
 TRANSPORT_ERRORS = (ConnectionFailed, OSError, asyncio.TimeoutError)
 
 
-def make_client(timeouts: Timeouts) -> HttpClient:
+def make_client(timeouts: BackendTimeouts) -> HttpClient:
     return HttpClient(CallTimeouts(connect=timeouts.connect, read=timeouts.read, total=timeouts.total))
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_pd.deploy import Diagnostic, LoadedDeployment, dump_deployment, has_errors, parse_deployment, validate
+from ascend_pd.deploy import (Deployment, Diagnostic, LoadedDeployment, dump_deployment, has_errors, parse_deployment,
+                              validate)
+from ascend_pd.hardware import shipped_clusters
 from ascend_pd.render.bash import bash_files, readme
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
@@ -23,7 +26,6 @@ DEFAULT_IMAGE = "ascend-pd:latest"
 class RenderOptions:
     target: str = "all"
     interface: str | None = None  # overrides every node's interface from the cluster config
-    node_ips: dict[str, str] = field(default_factory=dict)  # node name -> host IP, overriding the cluster config
     image: str = DEFAULT_IMAGE  # container image with ascend-pd and vLLM (vllm-ascend on NPUs) for the k8s target
 
     def targets(self) -> set[str]:
@@ -40,15 +42,46 @@ class RenderResult:
         return has_errors(self.diagnostics)
 
 
-def _deployment_text(loaded: LoadedDeployment) -> str:
-    """The file as the user wrote it (comments kept), unless the deployment no longer is what the file says (a
-    rollout renders the changed deployment before it writes the file)."""
+# The bundle's own copy of a cluster given as a file, so the bundle runs wherever it is copied.
+BUNDLE_CLUSTER = "cluster.yaml"
+
+
+def _bundled(loaded: LoadedDeployment) -> tuple[Deployment, str | None]:
+    """The deployment the bundle carries, and the text of its cluster file when the cluster is a file rather than a
+    shipped name: the bundle's deployment.yaml then names the copy beside it."""
+    ref = loaded.cluster_ref()
+    if ref in shipped_clusters():
+        return loaded.deployment, None
+    text = Path(ref).read_text(encoding="utf-8")
+    return loaded.deployment.model_copy(update={"cluster": BUNDLE_CLUSTER}), text
+
+
+def _with_top_level(text: str, key: str, block: str) -> str:
+    """`text` with its top-level `key:` section replaced by `block` (or `block` appended), other lines kept."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(rf"{key}\s*:", line)), None)
+    if start is None:
+        return text + ("" if text.endswith("\n") else "\n") + block
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
+        end += 1
+    return "".join(lines[:start]) + block + "".join(lines[end:])
+
+
+def _deployment_text(loaded: LoadedDeployment, deployment: Deployment) -> str:
+    """The file as the user wrote it, comments kept, with the sections the bundle changed (the cluster's copy, the
+    node addresses --node-ip gave) rewritten; dumped whole when the text cannot say it (a rollout's changes)."""
     source = Path(loaded.source)
     if source.is_file():
         text = source.read_text(encoding="utf-8")
-        if parse_deployment(text, str(source)).deployment == loaded.deployment:
+        written = parse_deployment(text, str(source)).deployment
+        for key in ("cluster", "node_addresses"):
+            value = getattr(deployment, key)
+            if getattr(written, key) != value:
+                text = _with_top_level(text, key, dump_yaml({key: deployment.model_dump(mode="json")[key]}))
+        if parse_deployment(text, str(source)).deployment == deployment:
             return text
-    return dump_deployment(loaded.deployment)
+    return dump_deployment(deployment)
 
 
 def _yaml_documents(objects: list[dict]) -> str:
@@ -66,21 +99,24 @@ def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptio
     diagnostics = validate(loaded)
     if has_errors(diagnostics):
         return RenderResult(diagnostics, {})
-    plan = plan_processes(loaded, options.interface, options.node_ips)
+    plan = plan_processes(loaded, options.interface)
     refused = [_upstream_refusal(r) for r in plan_refusals(plan)]
     if refused:  # validation should have said so first: this keeps a rule's gap from reaching a cluster
         return RenderResult(diagnostics + refused, {})
     targets = options.targets()
-    deployment_text = _deployment_text(loaded)
+    bundled, cluster_text = _bundled(loaded)
+    deployment_text = _deployment_text(loaded, bundled)
     files = {"deployment.yaml": deployment_text, "README.md": readme(plan, targets)}
+    if cluster_text is not None:
+        files[BUNDLE_CLUSTER] = cluster_text
     if "bash" in targets:
         files.update(bash_files(plan))
         if plan.platform != "cpu":
             for instance in plan.deployment.instances:
-                table = rank_table(plan.cluster, instance, options.node_ips)
+                table = rank_table(plan.cluster, instance)
                 files[f"ranktables/{instance.name}.json"] = json.dumps(table, indent=2) + "\n"
     if "k8s" in targets:
-        for name, objects in k8s_objects(plan, deployment_text, options.image).items():
+        for name, objects in k8s_objects(plan, deployment_text, options.image, cluster_text).items():
             files[f"k8s/{name}"] = _yaml_documents(objects)
     return RenderResult(diagnostics, dict(sorted(files.items())))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ascend_pd.deploy.handoff import ABORT_TIMEOUT_S
 from ascend_pd.deploy.schema import Connector
-from ascend_pd.render.kv_config import KV_ABORT_TIMEOUT_S
 from ascend_pd.hardware.platform import Platform
 from ascend_pd.render.platform import NodeNetwork
 
@@ -58,7 +58,7 @@ def node_environment(platform: Platform, connector: Connector, network: NodeNetw
     if connector.implementation == "vllm-ascend" and connector.mode == "pull":
         # vLLM's env var, read by vllm-ascend's MooncakeConnectorV1 scheduler (kv_p2p/mooncake_connector.py): P
         # frees KV no decode instance has read after this many seconds. AscendPDConnector takes abort_timeout_s.
-        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(KV_ABORT_TIMEOUT_S)
+        env["VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT"] = str(ABORT_TIMEOUT_S)
     if platform == "a2" and prefill_and_decode_on_node:
         # Without it HCCL rejects a KV link between two devices of one A2 node ("device_ip is not set correctly");
         # Mooncake's Ascend direct transport reads it too, to use RoCE inside the node.

@@ -140,8 +140,10 @@ def instance_objects(plan: LaunchPlan, instance: str, image: str) -> list[dict[s
                                                "leaderTemplate": leader, "workerTemplate": worker}}}]
 
 
-def config_map(plan: LaunchPlan, deployment_yaml: str) -> dict[str, Any]:
+def config_map(plan: LaunchPlan, deployment_yaml: str, cluster_yaml: str | None = None) -> dict[str, Any]:
     data = {"deployment.yaml": deployment_yaml}
+    if cluster_yaml is not None:  # the deployment names it as a file beside itself (render/bundle.py)
+        data["cluster.yaml"] = cluster_yaml
     for instance in plan.deployment.instances:
         data[f"serve-{instance.name}.sh"] = serve_script(plan, instance.name)
     return {"apiVersion": "v1", "kind": "ConfigMap",
@@ -202,9 +204,10 @@ def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
     return [deployment, service]
 
 
-def k8s_objects(plan: LaunchPlan, deployment_yaml: str, image: str) -> dict[str, list[dict[str, Any]]]:
+def k8s_objects(plan: LaunchPlan, deployment_yaml: str, image: str,
+                cluster_yaml: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """File name (under k8s/) -> the objects it holds."""
-    files = {"configmap.yaml": [config_map(plan, deployment_yaml)]}
+    files = {"configmap.yaml": [config_map(plan, deployment_yaml, cluster_yaml)]}
     for instance in plan.deployment.instances:
         files[f"{instance.name}.yaml"] = instance_objects(plan, instance.name, image)
     files["proxy.yaml"] = proxy_objects(plan, image)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ascend_pd.deploy import Deployment, Instance
+from ascend_pd.deploy.handoff import ABORT_TIMEOUT_S, SHAPES_KEY
+from ascend_pd.deploy.layout import runs_external_dp
 
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 # vllm-ascend registers these names itself: the pull connector reads from P, the layerwise one pushes from P.
@@ -13,16 +15,12 @@ VLLM_ASCEND_CONNECTORS = {"pull": "MooncakeConnectorV1", "push": "MooncakeLayerw
 # Both connectors report failed loads as load errors, and vllm-ascend accepts "recompute" except for hybrid (Mamba)
 # models, which the model catalog does not hold.
 LOAD_FAILURE_POLICY = "recompute"
-# Seconds P keeps the blocks of a finished request that no decode instance has read (vllm-ascend's guides use 480).
-KV_ABORT_TIMEOUT_S = 480
-# Where AscendPDConnector reads both sides' shapes (connector/config.py; render does not import the connector).
-SHAPES_KEY = "ascend_pd_shapes"
 
 
 def engine_data_parallel_size(instance: Instance, moe: bool) -> int:
     """vLLM's data_parallel_size of one of the instance's engines: a MoE instance runs its DP ranks as one vLLM DP
-    group; a dense model's DP ranks are independent engines of DP 1 each (render/processes.py)."""
-    return instance.parallel.dp if moe else 1
+    group; a dense model's DP ranks are independent engines of DP 1 each (deploy/layout.py)."""
+    return instance.parallel.dp if runs_external_dp(instance, moe) else 1
 
 
 def _shape(instance: Instance, dp_size: int, with_pp: bool) -> dict[str, int]:
@@ -69,7 +67,7 @@ def kv_transfer_config(deployment: Deployment, instance: Instance, *, engine_id:
         extra = {"mode": connector.mode, "protocol": connector.protocol,
                  SHAPES_KEY: _role_shapes(deployment, instance, engine_level=False, moe=moe, with_pp=False)}
         if instance.role == "prefill":
-            extra["abort_timeout_s"] = KV_ABORT_TIMEOUT_S  # AscendPDConnector reads no environment variable for it
+            extra["abort_timeout_s"] = ABORT_TIMEOUT_S  # AscendPDConnector reads no environment variable for it
             if rank_hosts and len(set(rank_hosts)) > 1:
                 extra["rank_hosts"] = rank_hosts
         return {

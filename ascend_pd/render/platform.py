@@ -1,4 +1,5 @@
-"""Each node's network after the operator's overrides."""
+"""Each node's network: its address (the deployment's view of the cluster) and the NIC, which --interface
+overrides."""
 
 from __future__ import annotations
 
@@ -15,6 +16,6 @@ class NodeNetwork:
     interface: str
 
 
-def node_network(node: Node, interface: str | None, node_ips: dict[str, str]) -> NodeNetwork:
-    """The cluster config's values, unless the operator overrode the interface (all nodes) or this node's IP."""
-    return NodeNetwork(host_ip=node_ips.get(node.name, node.host_ip), interface=interface or node.interface)
+def node_network(node: Node, interface: str | None) -> NodeNetwork:
+    """The node's address and NIC, unless the operator overrode the interface of every node."""
+    return NodeNetwork(host_ip=node.host_ip, interface=interface or node.interface)

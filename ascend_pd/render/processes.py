@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from ascend_pd.deploy import Deployment, Instance, LoadedDeployment
+from ascend_pd.deploy.layout import EngineRank, engine_ranks
 from ascend_pd.deploy.rules.base import Context
 from ascend_pd.deploy.rules.ports import port_claims
 from ascend_pd.errors import InputError
@@ -17,7 +18,7 @@ from ascend_pd.hardware import Cluster
 from ascend_pd.deploy.engine_flags import engine_flags
 from ascend_pd.render.environment import CpuCores, node_environment, process_environment
 from ascend_pd.render.kv_config import kv_transfer_config
-from ascend_pd.hardware.platform import Platform, platform_of
+from ascend_pd.hardware.platform import Platform, nodes_platform
 from ascend_pd.render.platform import NodeNetwork, node_network
 
 # The DP coordinator of an instance listens on http_port + this, on the host of DP rank 0.
@@ -188,9 +189,9 @@ def _coordination_port(loaded: LoadedDeployment, facts: _Facts, index: int, inst
     return port
 
 
-def _spread_rank_args(loaded: LoadedDeployment, facts: _Facts, index: int, instance: Instance, group: list,
-                      networks: dict[str, NodeNetwork], port: int) -> list[str]:
+def _spread_rank_args(loaded: LoadedDeployment, facts: _Facts, rank: EngineRank) -> list[str]:
     """vLLM's multi-node flags for a DP rank whose TP group spans nodes; each node must hold an equal share."""
+    instance, index, group = rank.instance, rank.index, rank.placements
     sizes = {len(p.devices) for p in group}
     if len(sizes) != 1:
         raise InputError(f"instance '{instance.name}' spreads a DP rank over nodes unevenly "
@@ -198,62 +199,56 @@ def _spread_rank_args(loaded: LoadedDeployment, facts: _Facts, index: int, insta
                          "of devices on each", file=loaded.source, field=f"instances[{index}].devices",
                          line=loaded.lines.get(("instances", index, "devices")),
                          fix="give each node of the rank the same number of devices")
-    leader_ip = networks[group[0].node].host_ip
-    master_port = _coordination_port(loaded, facts, index, instance, leader_ip, port + MASTER_PORT_OFFSET,
+    master_port = _coordination_port(loaded, facts, index, instance, rank.host, rank.http_port + MASTER_PORT_OFFSET,
                                      "the multi-node rendezvous")
-    return ["--nnodes", str(len(group)), "--node-rank", "NODE_RANK", "--master-addr", leader_ip,
+    return ["--nnodes", str(len(group)), "--node-rank", "NODE_RANK", "--master-addr", rank.host,
             "--master-port", str(master_port)]
 
 
-def _instance_processes(loaded: LoadedDeployment, facts: _Facts, index: int, instance: Instance,
-                        networks: dict[str, NodeNetwork], platform: Platform) -> list[Process]:
-    deployment = loaded.deployment
-    groups = instance.rank_groups()
-    parallel = instance.parallel
-    workers_per_rank = parallel.tp * parallel.pp
-    # vLLM runs external DP only for MoE models; a dense model's DP ranks are independent engines.
-    external_dp = facts.moe and parallel.dp > 1
-    if external_dp and any(len(group) > 1 for group in groups):
+def _dp_group_args(loaded: LoadedDeployment, facts: _Facts, ranks: list[EngineRank]) -> list[str]:
+    """vLLM's flags for the ranks of one external DP group, which meet at DP rank 0's host."""
+    first = ranks[0]
+    instance, index = first.instance, first.index
+    if any(len(rank.placements) > 1 for rank in ranks):
         raise InputError(f"instance '{instance.name}' spreads a DP rank of a MoE data-parallel group over nodes; "
                          "render cannot launch that yet", file=loaded.source, field=f"instances[{index}].devices",
                          line=loaded.lines.get(("instances", index, "devices")),
                          fix="keep each DP rank's tp*pp devices on one node, or use dp 1")
-    dp_args: list[str] = []
-    if external_dp:
-        leader_ip = networks[groups[0][0].node].host_ip
-        rpc_port = _coordination_port(loaded, facts, index, instance, leader_ip,
-                                      instance.http_port + DP_RPC_PORT_OFFSET, "the DP coordinator")
-        dp_args = ["--data-parallel-size", str(parallel.dp), "--data-parallel-rank", "RANK",
-                   "--data-parallel-address", leader_ip, "--data-parallel-rpc-port", str(rpc_port)]
+    rpc_port = _coordination_port(loaded, facts, index, instance, first.host,
+                                  instance.http_port + DP_RPC_PORT_OFFSET, "the DP coordinator")
+    return ["--data-parallel-size", str(instance.parallel.dp), "--data-parallel-rank", "RANK",
+            "--data-parallel-address", first.host, "--data-parallel-rpc-port", str(rpc_port)]
+
+
+def _instance_processes(loaded: LoadedDeployment, facts: _Facts, ranks: list[EngineRank],
+                        platform: Platform) -> list[Process]:
+    """The processes of one instance's DP ranks (as deploy/layout.py lays them out)."""
+    deployment = loaded.deployment
+    instance = ranks[0].instance
+    external_dp = ranks[0].external_dp
+    dp_args = _dp_group_args(loaded, facts, ranks) if external_dp else []
     flags = engine_flags(platform, deployment.connector.implementation, instance, mla=facts.mla)
     processes = []
-    for rank, group in enumerate(groups):
-        port = instance.http_port + rank
-        base_id = instance.effective_engine_id
-        if external_dp or parallel.dp == 1:
-            engine_id, kv_port = base_id, instance.kv_port
-            reported_id = f"{base_id}_dp{rank}" if external_dp else base_id
-        else:
-            engine_id = reported_id = f"{base_id}_dp{rank}"
-            kv_port = instance.kv_port + rank * workers_per_rank
-        rank_hosts = [networks[p.node].host_ip for p in group for _ in p.devices]
-        kv_config = kv_transfer_config(deployment, instance, engine_id=engine_id, kv_port=kv_port, moe=facts.moe,
-                                       rank_hosts=rank_hosts)
-        spread_args = (_spread_rank_args(loaded, facts, index, instance, group, networks, port)
-                       if len(group) > 1 else [])
-        argv = _vllm_argv(platform, deployment, instance, port, [*dp_args, *spread_args], kv_config, moe=external_dp,
-                          engine_args=flags.argv)
+    for rank in ranks:
+        # A DP group's ranks share one config (its kv_port); vLLM gives each worker its port by its DP rank.
+        config_kv_port = instance.kv_port if external_dp else rank.kv_port
+        kv_config = kv_transfer_config(deployment, instance, engine_id=rank.engine_id, kv_port=config_kv_port,
+                                       moe=facts.moe, rank_hosts=list(rank.worker_hosts))
+        spread_args = _spread_rank_args(loaded, facts, rank) if len(rank.placements) > 1 else []
+        argv = _vllm_argv(platform, deployment, instance, rank.http_port, [*dp_args, *spread_args], kv_config,
+                          moe=external_dp, engine_args=flags.argv)
         first_worker = 0
-        for node_rank, placement in enumerate(group):
-            words = [str(rank) if a == "RANK" else str(node_rank) if a == "NODE_RANK" else a for a in argv]
+        for node_rank, placement in enumerate(rank.placements):
+            words = [str(rank.dp_rank) if a == "RANK" else str(node_rank) if a == "NODE_RANK" else a for a in argv]
             if node_rank > 0:
                 words.insert(words.index("--nnodes"), "--headless")
             devices = tuple(placement.devices)
             env = process_environment(platform, instance.role, devices)
             processes.append(Process(
-                instance=instance.name, role=instance.role, dp_rank=rank, node=placement.node, devices=devices,
-                http_port=port if node_rank == 0 else None, engine_id=reported_id if kv_config else None,
-                kv_port=instance.kv_port + rank * workers_per_rank + first_worker if kv_config else None,
+                instance=instance.name, role=instance.role, dp_rank=rank.dp_rank, node=placement.node,
+                devices=devices, http_port=rank.http_port if node_rank == 0 else None,
+                engine_id=rank.reported_engine_id if kv_config else None,
+                kv_port=rank.kv_port + first_worker if kv_config else None,
                 env=tuple(env.items()), argv=tuple(words), kv_config=kv_config, node_rank=node_rank,
                 first_worker=first_worker, notes=tuple(flags.notes)))
             first_worker += len(devices)
@@ -264,8 +259,8 @@ def _proxy_replicas(deployment: Deployment, cluster: Cluster,
                     networks: dict[str, NodeNetwork]) -> tuple[ProxyReplica, ...]:
     """The proxy's replicas, proxy.node's first."""
     proxy = deployment.proxy
-    # Without --advertise-url the proxy gives D (layerwise) the address of proxy.node in the cluster file
-    # (proxy/backend_choice.py); a replica anywhere else, or behind a --node-ip override, must name its own address.
+    # Without --advertise-url the proxy gives D (layerwise) the address of proxy.node as the deployment places it
+    # (proxy/backend_choice.py); a replica on another node must name its own address.
     default_url = f"http://{cluster.node(proxy.node).host_ip}:{proxy.port}"
     replicas = []
     for node in proxy.nodes:
@@ -277,22 +272,19 @@ def _proxy_replicas(deployment: Deployment, cluster: Cluster,
     return tuple(replicas)
 
 
-def plan_processes(loaded: LoadedDeployment, interface: str | None = None,
-                   node_ips: dict[str, str] | None = None) -> LaunchPlan:
-    """Lay out every process of a (validated) deployment. `interface` and `node_ips` override the cluster config."""
+def plan_processes(loaded: LoadedDeployment, interface: str | None = None) -> LaunchPlan:
+    """Lay out every process of a (validated) deployment; `interface` overrides every node's NIC."""
     deployment = loaded.deployment
     cluster = loaded.cluster()
-    platform = platform_of(cluster)
-    node_ips = node_ips or {}
-    unknown = sorted(set(node_ips) - {n.name for n in cluster.nodes})
-    if unknown:
-        raise InputError(f"--node-ip names node '{unknown[0]}', which cluster '{cluster.name}' does not have",
-                         field="--node-ip", fix=f"use a node of {cluster.name} (ascend-pd show {cluster.name})")
-    networks = {n.name: node_network(n, interface, node_ips) for n in cluster.nodes}
+    platform = nodes_platform(cluster, (p.node for i in deployment.instances for p in i.devices), loaded.source)
+    networks = {n.name: node_network(n, interface) for n in cluster.nodes}
     facts = _Facts.of(loaded)
+    by_instance: dict[str, list[EngineRank]] = {}
+    for rank in engine_ranks(loaded):
+        by_instance.setdefault(rank.instance.name, []).append(rank)
     by_node: dict[str, list[Process]] = {}
-    for index, instance in enumerate(deployment.instances):
-        for process in _instance_processes(loaded, facts, index, instance, networks, platform):
+    for ranks in by_instance.values():
+        for process in _instance_processes(loaded, facts, ranks, platform):
             by_node.setdefault(process.node, []).append(process)
     nodes = []
     for node in cluster.nodes:

@@ -9,17 +9,16 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
 
 
-def rank_table(cluster: Cluster, instance: Instance, node_ips: dict[str, str] | None = None) -> dict[str, Any]:
+def rank_table(cluster: Cluster, instance: Instance) -> dict[str, Any]:
     """The rank table of one instance. Inside a SuperPoD (A3) it is version 1.2, with super_device_id per device
     and super_pod_list; elsewhere version 1.0. HCCL wants every value as a string."""
-    node_ips = node_ips or {}
     servers: dict[str, list[dict[str, str]]] = {}
     superpod_of: dict[str, int | None] = {}
     rank = 0
     for group in instance.rank_groups():
         for placement in group:
             node = cluster.node(placement.node)
-            server_id = node_ips.get(node.name, node.host_ip)
+            server_id = node.host_ip
             superpod_of[server_id] = node.superpod
             for local_id in placement.devices:
                 device = cluster.device(node.name, local_id)

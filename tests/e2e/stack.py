@@ -17,6 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from ascend_pd.deploy import parse_deployment
+from ascend_pd.proxy.endpoints import endpoints_from_deployment
+
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "logs" / "e2e"
 START_TIMEOUT_S = float(os.environ.get("E2E_START_TIMEOUT_S", "900"))
@@ -151,11 +154,9 @@ class Stack:
         return f"http://127.0.0.1:{self.deployment['proxy']['port']}"
 
     def endpoint_urls(self, role: str) -> list[str]:
-        urls = []
-        for inst in self.deployment["instances"]:
-            if inst["role"] == role:
-                urls += [f"http://127.0.0.1:{inst['http_port'] + r}" for r in range(inst["parallel"].get("dp", 1))]
-        return urls
+        """Where the deployment's rank layout puts the role's engines, as the proxy reaches them."""
+        loaded = parse_deployment(yaml.safe_dump(self.deployment), str(self.workdir / "deployment.yaml"))
+        return [e.url for e in endpoints_from_deployment(loaded) if e.role == role]
 
     def start(self) -> "Stack":
         self.workdir.mkdir(parents=True, exist_ok=True)

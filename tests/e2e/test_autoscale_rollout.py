@@ -17,7 +17,7 @@ import yaml
 
 from ascend_pd.autoscale.proxy_admin import ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
-from ascend_pd.autoscale.settings import Timeouts
+from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.planner.resize import Step, counts_of, resize
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
@@ -141,7 +141,7 @@ def test_rollout_adds_a_decode_instance_and_drains_the_first_under_load(running)
     with open(running.logs / "rollout.jsonl", "w") as log_file:
         log = RolloutLog(log_file)
         rollout = Rollout(running.deployment_file, admin, launcher, log,
-                          Timeouts(start=START_S, drain=120, command=120))
+                          RolloutTimeouts(start=START_S, drain=120, command=120))
         load = Load(proxy_url).start()
         try:
             load.wait_for(2 * CLIENTS, 0.0, 120)

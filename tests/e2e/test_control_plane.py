@@ -21,7 +21,7 @@ import yaml
 
 from ascend_pd.autoscale.control_plane import ControlPlane
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
-from ascend_pd.autoscale.settings import Timeouts
+from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.deploy import load_deployment, revision_of
 from ascend_pd.planner.resize import Step, counts_of, resize
@@ -185,7 +185,7 @@ def test_a_flip_and_a_retirement_under_load_through_two_replicas_lose_nothing(ru
     launcher = Launcher(bundle, "bash", running.node_command, timeout=120)
     with open(running.logs / "rollout.jsonl", "w") as log_file:
         log = RolloutLog(log_file)
-        rollout = Rollout(running.deployment_file, plane, launcher, log, Timeouts(start=START_S, drain=120))
+        rollout = Rollout(running.deployment_file, plane, launcher, log, RolloutTimeouts(start=START_S, drain=120))
         try:
             load.wait_for(6, 0.0, 120)
             loaded = load_deployment(running.deployment_file)

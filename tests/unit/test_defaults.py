@@ -113,9 +113,9 @@ def test_proxy_and_autoscale_options_take_their_defaults_from_the_settings_not_a
 
 
 def test_proxy_options_show_the_proxy_settings_defaults():
-    from ascend_pd.proxy.settings import ProxySettings, Timeouts
+    from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
 
-    settings, timeouts = ProxySettings(), Timeouts()
+    settings, timeouts = ProxySettings(), BackendTimeouts()
     for name in ("max_inflight", "prefill_attempts", "pair_attempts", "health_interval", "engine_load_interval",
                  "workload_window"):
         assert option("proxy", name).default == getattr(settings, name), name
@@ -124,9 +124,9 @@ def test_proxy_options_show_the_proxy_settings_defaults():
 
 
 def test_autoscale_options_show_the_loop_settings_defaults():
-    from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, Timeouts
+    from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, RolloutTimeouts
 
-    settings, timeouts = AutoscaleSettings(), Timeouts()
+    settings, timeouts = AutoscaleSettings(), RolloutTimeouts()
     for name in ("interval", "agree", "cooldown", "headroom", "min_gain", "min_saving", "shrink_margin"):
         assert option("autoscale", name).default == getattr(settings, name), name
     assert (option("autoscale", "start_timeout").default, option("autoscale", "drain_timeout").default) == (

@@ -13,7 +13,6 @@ from ascend_pd.deploy.preflight import checks
 from ascend_pd.deploy.preflight.result import CheckResult
 from ascend_pd.deploy.rules.base import Context
 from ascend_pd.deploy.rules.ports import port_claims
-from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster, Node
 
 
@@ -47,16 +46,13 @@ class Target:
 
     @property
     def on_cpu(self) -> bool:
-        return self.cluster is not None and self.cluster.chip.id == "cpu"
+        return self.cluster is not None and all(chip.id == "cpu" for chip in self.cluster.chips)
 
 
 def find_node(cluster: Cluster, name: str | None, hostname: str, addresses: set[str]) -> Node | None:
     """The node named by --node, else the one whose name is this host's name or whose host_ip is ours."""
     if name is not None:
-        if not cluster.has_node(name):
-            raise InputError(f"cluster '{cluster.name}' has no node '{name}'", field="--node",
-                             fix=f"use a node of {cluster.name} (ascend-pd show {cluster.name})")
-        return cluster.node(name)
+        return cluster.require_node(name, field="--node")
     for node in cluster.nodes:
         if node.name == hostname or node.host_ip in addresses:
             return node

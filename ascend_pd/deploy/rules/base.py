@@ -37,6 +37,8 @@ class Context:
         try:
             cluster = loaded.cluster()
         except InputError as exc:
+            if exc.field and exc.field.startswith("node_addresses."):
+                raise  # already names the deployment's own field and line
             exc.file = exc.file or loaded.source
             exc.line = exc.line or nearest_line(loaded.lines, ("cluster",))
             raise InputError(exc.message, file=exc.file, field="cluster", line=exc.line, fix=exc.fix) from None

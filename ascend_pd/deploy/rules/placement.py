@@ -127,3 +127,19 @@ def proxy_node_twice(ctx: Context) -> Iterator[Diagnostic]:
                            "list each node once; for more processes on one node, raise proxy.workers")
         else:
             first[node] = loc
+
+
+@rule("APD109", "an instance spans nodes of two chips")
+def one_chip_per_instance(ctx: Context) -> Iterator[Diagnostic]:
+    if len(ctx.cluster.chips) == 1:
+        return
+    for i, inst in enumerate(ctx.deployment.instances):
+        by_chip: dict[str, set[str]] = {}
+        for node in (p.node for p in inst.devices if ctx.cluster.has_node(p.node)):
+            by_chip.setdefault(ctx.cluster.node(node).chip.id, set()).add(node)
+        if len(by_chip) > 1:
+            where = " and ".join(f"{chip} ({', '.join(sorted(nodes))})" for chip, nodes in by_chip.items())
+            # One engine runs one build of kernels and graphs, and the cost model prices it on one chip.
+            yield ctx.diag("APD109", "error", ("instances", i, "devices"),
+                           f"instance '{inst.name}' spans nodes of {where}; an engine's ranks must run on one chip",
+                           "place every device of the instance on nodes of one chip")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
+from ascend_pd.deploy.layout import instance_ranks, places_on
 from ascend_pd.deploy.rules.base import Context, rule
 from ascend_pd.deploy.rules.placement import proxy_replica_locs
 from ascend_pd.yamlfile import Loc
@@ -25,28 +26,23 @@ class PortClaim:
 
 
 def port_claims(ctx: Context) -> list[PortClaim]:
-    """Every port a process binds: each DP rank's HTTP port on its leader's host, each worker's side-channel port
-    (kv_port + dp_rank * tp * pp + worker) on the host of its device, and the proxy's port on each of its nodes."""
+    """Every port a process binds, where the rank layout puts it: each DP rank's HTTP port on its leader's host,
+    each worker's side-channel port on the host of its device, and the proxy's port on each of its nodes."""
     return ctx.derived("port_claims", _collect_port_claims)
 
 
 def _collect_port_claims(ctx: Context) -> list[PortClaim]:
-    host = {n.name: n.host_ip for n in ctx.cluster.nodes}
+    moe = bool(ctx.model and ctx.model.is_moe)
     claims: list[PortClaim] = []
     for i, inst in enumerate(ctx.deployment.instances):
-        workers = inst.parallel.tp * inst.parallel.pp
-        for rank, group in enumerate(inst.rank_groups()):
-            leader = group[0].node
-            if leader in host:
-                claims.append(PortClaim(host[leader], inst.http_port + rank, "http",
-                                        f"instance '{inst.name}' DP rank {rank}", ("instances", i, "http_port")))
-            nodes = [pl.node for pl in group for _ in pl.devices]
-            for worker, node in enumerate(nodes[:workers]):
-                if node in host:
-                    claims.append(PortClaim(host[node], inst.kv_port + rank * workers + worker, "kv",
-                                            f"instance '{inst.name}' DP rank {rank} worker {worker}",
-                                            ("instances", i, "kv_port")))
-    return claims + _proxy_claims(ctx, host)
+        if not places_on(inst, ctx.cluster):
+            continue
+        for rank in instance_ranks(inst, i, ctx.cluster, moe):
+            claims.append(PortClaim(rank.host, rank.http_port, "http", f"instance '{inst.name}' DP rank {rank.dp_rank}",
+                                    ("instances", i, "http_port")))
+            claims += [PortClaim(host, port, "kv", f"instance '{inst.name}' DP rank {rank.dp_rank} worker {worker}",
+                                 ("instances", i, "kv_port")) for worker, host, port in rank.worker_ports()]
+    return claims + _proxy_claims(ctx, {n.name: n.host_ip for n in ctx.cluster.nodes})
 
 
 def _proxy_claims(ctx: Context, host: dict[str, str]) -> list[PortClaim]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
+from ascend_pd.deploy.layout import instance_ranks, places_on
 from ascend_pd.deploy.rules.base import Context, rule
 
 
@@ -35,13 +36,12 @@ def unique_names(ctx: Context) -> Iterator[Diagnostic]:
 @rule("APD303", "two engines share an engine_id (vLLM adds _dp<rank> to each DP rank's id)")
 def unique_engine_ids(ctx: Context) -> Iterator[Diagnostic]:
     seen: dict[str, str] = {}
+    moe = bool(ctx.model and ctx.model.is_moe)
     for i, inst in enumerate(ctx.deployment.instances):
-        base = inst.effective_engine_id
-        # Count only the ranks the instance places (APD105 reports a dp its devices do not hold): a dp in the
-        # billions would otherwise exhaust memory here.
-        ranks = min(inst.parallel.dp, len(inst.devices))
-        ids = [base] if inst.parallel.dp == 1 else [f"{base}_dp{r}" for r in range(ranks)]
-        for engine_id in ids:
+        if not places_on(inst, ctx.cluster):  # APD101 reports it
+            continue
+        # the ranks the instance places (APD105 reports a dp its devices do not hold)
+        for engine_id in (rank.reported_engine_id for rank in instance_ranks(inst, i, ctx.cluster, moe)):
             if engine_id in seen and seen[engine_id] != inst.name:
                 yield ctx.diag("APD303", "error", ("instances", i, "engine_id"),
                                f"engine id '{engine_id}' of instance '{inst.name}' is also used by instance "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ascend_pd.deploy import handoff
 from ascend_pd.proxy.failures import UpstreamFailure
 from ascend_pd.proxy.flows.concurrent import first_answer_of_decode
 from ascend_pd.proxy.flows.context import FlowEnv, RequestContext, StartOver
@@ -16,7 +17,7 @@ from ascend_pd.proxy.upstream import Opened, open_answer
 async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
     decode = env.pick("decode", ctx)
     lease = decode.lease(ctx.route.tokens)
-    to_decode = {"do_remote_decode": False, "do_remote_prefill": True, "metaserver": env.settings.metaserver_url}
+    to_decode = handoff.encode(handoff.LayerwiseToDecode(metaserver=env.settings.metaserver_url))
     coordinates = env.metaserver.expect(ctx.request_id)
     decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming))

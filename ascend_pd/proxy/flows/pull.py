@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ascend_pd.deploy.handoff import ToPrefill, encode
 from ascend_pd.proxy.backends import Backend, Lease
 from ascend_pd.proxy.failures import UpstreamFailure
 from ascend_pd.proxy.flows.context import FlowEnv, RequestContext, StartOver, log
@@ -15,7 +16,7 @@ from ascend_pd.proxy.upstream import Opened, open_answer
 async def pull(ctx: RequestContext, env: FlowEnv) -> Opened:
     # No D to hand over to: refuse before P prefills, or P would hold the KV for nobody until its abort timeout
     env.require("decode", ctx)
-    prefill, answer = await prefill_on_any(ctx, env, {"do_remote_decode": True})
+    prefill, answer = await prefill_on_any(ctx, env, encode(ToPrefill()))
     params = answer.get("kv_transfer_params")
     handoff = isinstance(params, dict)
     if not handoff:

@@ -3,7 +3,7 @@ channel from the deployment and P writes each layer's KV into D's blocks as soon
 
 from __future__ import annotations
 
-
+from ascend_pd.deploy import handoff
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.flows.concurrent import first_answer_of_decode
 from ascend_pd.proxy.flows.context import FlowEnv, RequestContext
@@ -21,12 +21,8 @@ async def push(ctx: RequestContext, env: FlowEnv) -> Opened:
         raise ClientError(500, f"prefill backend {prefill.url} has no KV address; push mode needs the backends "
                                "from deployment.yaml", "proxy_configuration_error")
     transfer_id = new_transfer_id()  # fresh per attempt: a retried pair never reuses a transfer
-    to_prefill = {"do_remote_decode": True, "transfer_id": transfer_id}
-    to_decode = {"do_remote_prefill": True, "transfer_id": transfer_id, "remote_engine_id": kv.engine_id,
-                 "remote_host": kv.host, "remote_port": kv.port, "remote_tp_size": kv.tp_size,
-                 "remote_dp_rank": kv.dp_rank}
-    if kv.rank_hosts:  # P's TP ranks span nodes: D reaches each at its own host
-        to_decode["remote_rank_hosts"] = list(kv.rank_hosts)
+    to_prefill = handoff.encode(handoff.PushToPrefill(transfer_id=transfer_id))
+    to_decode = handoff.encode(handoff.push_to_decode(kv, transfer_id))
     lease = decode.lease(ctx.route.tokens)
     prefilling = env.start(call_prefill(ctx, env, prefill, to_prefill))
     decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),

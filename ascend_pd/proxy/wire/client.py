@@ -52,7 +52,9 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Timeouts:
+class CallTimeouts:
+    """What one call waits, in seconds: to connect, between two reads, in all."""
+
     connect: float
     read: float
     total: float
@@ -63,7 +65,7 @@ class Response:
     (a fully read answer returns its connection to the pool) or close() (drops the connection, which is what tells
     vLLM to abort the request)."""
 
-    def __init__(self, connection: "_Connection", timeouts: Timeouts):
+    def __init__(self, connection: "_Connection", timeouts: CallTimeouts):
         self._connection = connection
         self._loop = connection.loop
         self._read_timeout = timeouts.read
@@ -321,13 +323,13 @@ class HttpClient:
     """Keep-alive connections per backend host and port; no limit on their number (the proxy's admission control
     bounds the calls in flight)."""
 
-    def __init__(self, timeouts: Timeouts):
+    def __init__(self, timeouts: CallTimeouts):
         self.timeouts = timeouts
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._closed = False
 
     async def request(self, method: str, target: Target, body: bytes = b"", headers: dict[str, str] | None = None,
-                      timeouts: Timeouts | None = None) -> Response:
+                      timeouts: CallTimeouts | None = None) -> Response:
         """Send a call and wait for the answer's status line and headers."""
         timeouts = timeouts or self.timeouts
         connection = await self._connection(target, timeouts.connect)

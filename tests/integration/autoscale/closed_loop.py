@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from ascend_pd.autoscale.loop import Autoscaler
-from ascend_pd.autoscale.settings import AutoscaleSettings, Timeouts
+from ascend_pd.autoscale.settings import AutoscaleSettings, RolloutTimeouts
 from ascend_pd.autoscale.rollout import Launcher, RolloutLog
 from ascend_pd.deploy import load_deployment
 from ascend_pd.deploy.io import write_deployment
@@ -117,7 +117,7 @@ class ClosedLoop:
         settings = {"interval": self.interval, "agree": 2, "cooldown": 0.0, "calibration": CALIBRATION, **settings}
         launcher = Launcher(self.bundle, "bash", self.env_prefix)
         return Autoscaler(self.deployment_file, self.url, TOKEN, launcher, AutoscaleSettings(**settings), self.log,
-                          timeouts=Timeouts(start=30, drain=60, command=60))
+                          timeouts=RolloutTimeouts(start=30, drain=60, command=60))
 
     async def intervals(self, scaler: Autoscaler, count: int) -> list[str]:
         """`count` autoscaler intervals, each `interval` seconds after the last began (the first one interval after

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest_asyncio
 
-from ascend_pd.proxy.app import Proxy, start_server
+from ascend_pd.proxy.app import ProxyState, start_server
 from ascend_pd.proxy.endpoints import Endpoint, KVAddress
 from ascend_pd.proxy.settings import ProxySettings
 from tests.fakes.vllm_api import Behaviour, FakeEngine
@@ -22,7 +22,7 @@ class Rig:
         self.colocated: list[FakeEngine] = []
         self.runner = None
         self.url = ""
-        self.proxy: Proxy | None = None
+        self.proxy: ProxyState | None = None
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self, prefills=1, decodes=1, colocated=0, behaviour=None, **settings) -> "Rig":
@@ -35,13 +35,13 @@ class Rig:
         mode = settings.setdefault("mode", "pull" if prefills else "colocated")
         endpoints = [_endpoint(e) for e in self.prefills + self.decodes + self.colocated]
         if mode == "layerwise":  # the metaserver URL must be known before the proxy starts: reserve a port
-            probe = await start_server(Proxy([], ProxySettings()), "127.0.0.1", 0)
+            probe = await start_server(ProxyState([], ProxySettings()), "127.0.0.1", 0)
             port = int(probe[1].rsplit(":", 1)[1])
             await probe[0].cleanup()
             settings["metaserver_url"] = f"http://127.0.0.1:{port}/v1/metaserver"
         else:
             port = 0
-        self.proxy = Proxy(endpoints, ProxySettings(**settings))
+        self.proxy = ProxyState(endpoints, ProxySettings(**settings))
         self.runner, self.url = await start_server(self.proxy, "127.0.0.1", port)
         self.session = aiohttp.ClientSession()
         return self

@@ -5,7 +5,7 @@ import asyncio
 import msgspec
 import pytest
 
-from ascend_pd.proxy.settings import Timeouts
+from ascend_pd.proxy.settings import BackendTimeouts
 from tests.fakes.vllm_api import Behaviour
 from tests.integration.proxy.conftest import eventually
 
@@ -68,7 +68,7 @@ async def test_a_request_the_prefill_refuses_is_passed_back_not_retried(rig):
 
 
 async def test_dead_prefill_is_removed_by_health_checks_and_traffic_continues(rig):
-    await rig.start(prefills=2, health_interval=0.05, breaker_failures=2, timeouts=Timeouts(health=0.2))
+    await rig.start(prefills=2, health_interval=0.05, breaker_failures=2, timeouts=BackendTimeouts(health=0.2))
     dead, alive = rig.prefills
     await dead.stop()
     assert await eventually(lambda: not rig.proxy.pool.get(dead.url).routable())
@@ -81,7 +81,7 @@ async def test_dead_prefill_is_removed_by_health_checks_and_traffic_continues(ri
 async def test_a_decode_slow_to_answer_health_stays_in_service_while_it_streams_and_not_after(rig):
     """An engine busy on a loaded host answers /health late: the proxy keeps routing to it while its tokens flow,
     and once nothing more comes from it the same silence takes it out of service (as a black hole would be)."""
-    await rig.start(health_interval=0.2, breaker_failures=2, timeouts=Timeouts(health=0.2))
+    await rig.start(health_interval=0.2, breaker_failures=2, timeouts=BackendTimeouts(health=0.2))
     decode = rig.decodes[0]
     decode.behaviour = Behaviour(token_delay=0.05, health_delay=3600)
     backend = rig.proxy.pool.get(decode.url)
@@ -101,7 +101,7 @@ async def test_a_decode_slow_to_answer_health_stays_in_service_while_it_streams_
 
 async def test_no_prefill_runs_while_no_decode_could_take_the_handoff(rig):
     """P would hold the prompt's KV for a D that never comes, until its abort timeout: it is not asked at all."""
-    await rig.start(health_interval=0.05, breaker_failures=1, timeouts=Timeouts(health=0.2))
+    await rig.start(health_interval=0.05, breaker_failures=1, timeouts=BackendTimeouts(health=0.2))
     await rig.decodes[0].stop()
     assert await eventually(lambda: not rig.proxy.pool.get(rig.decodes[0].url).routable())
     status, body = await rig.post(BODY)

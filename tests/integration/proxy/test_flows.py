@@ -3,7 +3,7 @@
 import msgspec
 import pytest
 
-from ascend_pd.proxy.settings import Timeouts
+from ascend_pd.proxy.settings import BackendTimeouts
 from tests.integration.proxy.conftest import eventually
 
 pytestmark = pytest.mark.asyncio
@@ -102,7 +102,7 @@ async def test_models_and_health_report_real_backends(rig):
 
 
 async def test_health_is_503_when_no_decode_can_be_reached(rig):
-    await rig.start(health_interval=0.05, breaker_failures=1, timeouts=Timeouts(health=0.2))
+    await rig.start(health_interval=0.05, breaker_failures=1, timeouts=BackendTimeouts(health=0.2))
     await rig.decodes[0].stop()
     assert await eventually(lambda: not rig.proxy.servable())
     async with rig.session.get(rig.url + "/health") as response:

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from ascend_pd.proxy.app import Proxy, start_server
+from ascend_pd.proxy.app import ProxyState, start_server
 from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.settings import ProxySettings
 from tests.fakes.vllm_api import FakeEngine
@@ -36,7 +36,7 @@ async def test_a_cookie_one_backend_answer_sets_never_reaches_the_backend_again(
     await site.start()
     # by host name: aiohttp's default cookie jar ignores cookies from IP addresses
     backend_url = f"http://localhost:{backend.addresses[0][1]}"
-    proxy = Proxy([Endpoint(backend_url, "colocated", "c0")], ProxySettings(mode="colocated", health_interval=0))
+    proxy = ProxyState([Endpoint(backend_url, "colocated", "c0")], ProxySettings(mode="colocated", health_interval=0))
     runner, url = await start_server(proxy, "127.0.0.1", 0)
     try:
         for _ in range(2):  # two clients, each with a session of its own
@@ -111,7 +111,7 @@ async def test_a_stream_is_complete_for_the_client_at_done_but_its_load_is_held_
     await backend.setup()
     await web.TCPSite(backend, "127.0.0.1", 0).start()
     backend_url = f"http://127.0.0.1:{backend.addresses[0][1]}"
-    proxy = Proxy([Endpoint(backend_url, "colocated", "c0")], ProxySettings(mode="colocated", health_interval=0))
+    proxy = ProxyState([Endpoint(backend_url, "colocated", "c0")], ProxySettings(mode="colocated", health_interval=0))
     runner, url = await start_server(proxy, "127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession() as client:

@@ -7,12 +7,11 @@ import asyncio
 import aiohttp
 import pytest
 
-from ascend_pd.proxy.app import Proxy, start_server
+from ascend_pd.proxy.app import ProxyState, start_server
 from ascend_pd.proxy.endpoints import endpoint_from_url
-from ascend_pd.proxy.settings import ProxySettings, Timeouts
+from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
 from tests.fakes.vllm_api import FakeEngine
-from ascend_pd.proxy.wire.client import HttpClient, Target
-from ascend_pd.proxy.wire.client import Timeouts as CallTimeouts
+from ascend_pd.proxy.wire.client import CallTimeouts, HttpClient, Target
 from ascend_pd.proxy.wire.server import ClientGone, HttpServer, Request, Response
 
 
@@ -41,7 +40,7 @@ class RawPeer:
 
 
 async def proxy_for(endpoints, **settings):
-    proxy = Proxy(endpoints, ProxySettings(health_interval=0, engine_load_interval=0, **settings))
+    proxy = ProxyState(endpoints, ProxySettings(health_interval=0, engine_load_interval=0, **settings))
     return await start_server(proxy, "127.0.0.1", 0)
 
 
@@ -52,7 +51,7 @@ async def test_a_prefill_that_never_answers_times_out_and_another_prefill_serves
     decode = await FakeEngine("decode", kv_port=0).start()
     endpoints = [endpoint_from_url(silent.url, "prefill", "x"), endpoint_from_url(prefill.url, "prefill", "x"),
                  endpoint_from_url(decode.url, "decode", "x")]
-    server, url = await proxy_for(endpoints, prefill_policy="round-robin", timeouts=Timeouts(read=0.3))
+    server, url = await proxy_for(endpoints, prefill_policy="round-robin", timeouts=BackendTimeouts(read=0.3))
     try:
         async with aiohttp.ClientSession() as session:
             for _ in range(2):  # round robin: one of the two reaches the silent prefill first
@@ -74,7 +73,7 @@ async def test_a_decode_that_stops_mid_stream_ends_the_clients_stream_with_an_er
     stalling = await RawPeer(head).start()
     prefill = await FakeEngine("prefill", kv_port=0).start()
     endpoints = [endpoint_from_url(prefill.url, "prefill", "x"), endpoint_from_url(stalling.url, "decode", "x")]
-    server, url = await proxy_for(endpoints, timeouts=Timeouts(read=0.4))
+    server, url = await proxy_for(endpoints, timeouts=BackendTimeouts(read=0.4))
     try:
         async with aiohttp.ClientSession() as session:
             body = {"model": "m", "prompt": "p", "max_tokens": 8, "stream": True}

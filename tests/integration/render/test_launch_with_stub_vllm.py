@@ -33,9 +33,10 @@ time.sleep(120)
 SPREAD_TP = Path(__file__).resolve().parents[2] / "unit" / "render" / "spread-tp-qwen3.yaml"
 
 
-def render_to(example, out, **options):
+def render_to(example, out, node_ips=None, **options):
     path = example if isinstance(example, Path) else configs_dir() / "deployments" / f"{example}.yaml"
-    result = render_bundle(load_deployment(path), RenderOptions(target="bash", **options))
+    loaded = load_deployment(path).with_node_addresses(node_ips or {})
+    result = render_bundle(loaded, RenderOptions(target="bash", **options))
     write_bundle(result.files, out)
 
 

@@ -12,7 +12,7 @@ import pytest
 from ascend_pd.autoscale.loop import stopping_on_signals
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
-from ascend_pd.autoscale.settings import Timeouts
+from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.planner.resize import counts_of
 
@@ -34,7 +34,7 @@ def test_a_signal_while_a_new_instance_starts_stops_it_and_the_file_says_what_ru
     kubectl, calls = recording_kubectl(tmp_path)
     # nothing answers /health: without the signal the rollout would wait the whole start timeout
     rollout = Rollout(deployment_file, ProxyAdmin("http://127.0.0.1:9", None, timeout=1),
-                      Launcher(deployment_file.parent, "k8s", kubectl=kubectl), log, Timeouts(start=60.0))
+                      Launcher(deployment_file.parent, "k8s", kubectl=kubectl), log, RolloutTimeouts(start=60.0))
     before = signal.getsignal(number)
     timer = signal_soon(number)
     with pytest.raises(Interrupted, match=signal.Signals(number).name), stopping_on_signals():

@@ -7,7 +7,7 @@ import json
 
 from ascend_pd.autoscale.proxy_admin import ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
-from ascend_pd.autoscale.settings import Timeouts
+from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import load_deployment
 from ascend_pd.planner.resize import counts_of
 from ascend_pd.render.processes import plan_processes
@@ -39,7 +39,7 @@ def test_a_k8s_rollout_logs_the_manifest_diff_and_takes_back_an_instance_that_ne
     kubectl, calls = recording_kubectl(tmp_path)
     # kubectl only records: no pod starts, so decode-1 never answers /health
     after = Rollout(deployment_file, ProxyAdmin("http://127.0.0.1:9", None, timeout=1),
-                    Launcher(bundle, "k8s", kubectl=kubectl), log, Timeouts(start=1.0)).run(
+                    Launcher(bundle, "k8s", kubectl=kubectl), log, RolloutTimeouts(start=1.0)).run(
         current.deployment, target, steps)
     plan_line = log.lines[0]
     assert plan_line["phase"] == "plan" and "+# k8s/decode-1.yaml" in plan_line["manifest_diff"]

@@ -19,7 +19,7 @@ import pytest
 
 from ascend_pd.autoscale.proxy_admin import ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
-from ascend_pd.autoscale.settings import Timeouts
+from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import load_deployment, parse_deployment, dump_deployment
 from ascend_pd.deploy.schema import Deployment, DevicePlacement, Instance, Parallel
 from ascend_pd.planner.resize import Step
@@ -240,7 +240,7 @@ class Rig:
     def run(self, current: Deployment, target: Deployment, steps: list[Step], **timeouts) -> Deployment:
         launcher = Launcher(self.file.parent, "bash", node_command=f"{self.node.script} {{node}}", timeout=20)
         rollout = Rollout(self.file, ProxyAdmin(self.proxy.url, "token", timeout=2), launcher, self.log,
-                          Timeouts(**{"start": 5.0, "drain": 5.0, "command": 20.0, **timeouts}))
+                          RolloutTimeouts(**{"start": 5.0, "drain": 5.0, "command": 20.0, **timeouts}))
         return rollout.run(current, target, steps)
 
     def phases(self) -> list[tuple[str, str]]:

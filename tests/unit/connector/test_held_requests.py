@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ascend_pd.connector.connector import AscendPDConnector
-from ascend_pd.connector.stats import AscendPDStats
-from ascend_pd.connector.tally import TransferTally
+from ascend_pd.connector.stats_merged import AscendPDStats
+from ascend_pd.connector.stats_tally import TransferTally
 from vllm_scheduler import runner_output, request, scheduler, tiny_model_dir, vllm_config
 
 PROMPT = 40

@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ascend_pd.connector.connector import AscendPDConnector
-from ascend_pd.connector.stats import AscendPDStats
-from ascend_pd.connector.tally import TransferTally
+from ascend_pd.connector.stats_merged import AscendPDStats
+from ascend_pd.connector.stats_tally import TransferTally
 
 
 def rank_tally(nbytes: int, seconds: float, wait: float, failures: int = 0) -> TransferTally:

@@ -7,6 +7,7 @@ import sys
 import yaml
 
 from ascend_pd.deploy.rules.base import CODES
+from tests.mixed_chips import deployment, instance, write_clusters
 
 from .conftest import codes, diagnose
 
@@ -605,3 +606,43 @@ def test_two_prefill_tp_sizes_with_the_ascend_pd_connector_are_an_error_at_the_s
     found = [d for d in diagnose(a2) if d.code == "APD415"]
     assert [d.path for d in found] == ["instances[1].parallel.tp"]
     assert f"'{a2['instances'][0]['name']}'" in found[0].message
+
+
+# ---------------------------------------------------------------- clusters that mix chips
+
+
+def test_an_instance_across_a_910b3_and_a_910c_node_is_an_error(tmp_path):
+    cluster = write_clusters(tmp_path)["mixed"]
+    across = deployment(cluster, [instance("prefill-0", "prefill", [("c-00", [4, 5, 6, 7])]),
+                                  instance("decode-0", "decode", [("b-00", [0, 1]), ("c-00", [0, 1])])])
+    found = [d for d in diagnose(across) if d.code == "APD109"]
+    assert [(d.severity, d.path) for d in found] == [("error", "instances[1].devices")]
+    assert "910b3 (b-00) and 910c (c-00)" in found[0].message
+    same_chip = deployment(cluster, [instance("prefill-0", "prefill", [("c-00", [4, 5, 6, 7])]),
+                                     instance("decode-0", "decode", [("c-00", [0, 1]), ("c-00", [2, 3])])])
+    assert "APD109" not in codes(same_chip)
+
+
+def test_vllm_ascends_connectors_with_p_on_a2_and_d_on_a3_are_an_error(tmp_path):
+    cluster = write_clusters(tmp_path)["mixed"]
+    crossing = deployment(cluster, [instance("prefill-0", "prefill", [("b-00", [0, 1, 2, 3])]),
+                                    instance("decode-0", "decode", [("c-00", [0, 1, 2, 3])])], "vllm-ascend")
+    found = [d for d in diagnose(crossing) if d.code == "APD416"]
+    assert [(d.severity, d.path) for d in found] == [("error", "instances[1].devices")]
+    assert "A3 (910c)" in found[0].message and "A2 (910b3)" in found[0].message
+    assert "one generation" in found[0].hint
+    assert "APD417" not in codes(crossing)
+    same_generation = deployment(cluster, [instance("prefill-0", "prefill", [("c-00", [4, 5, 6, 7])]),
+                                           instance("decode-0", "decode", [("c-00", [0, 1, 2, 3])])], "vllm-ascend")
+    assert not {"APD416", "APD417"} & codes(same_generation)
+
+
+def test_the_ascend_pd_connector_across_chip_generations_is_a_warning(tmp_path):
+    cluster = write_clusters(tmp_path)["mixed"]
+    crossing = deployment(cluster, [instance("prefill-0", "prefill", [("c-00", [0, 1, 2, 3])]),
+                                    instance("prefill-1", "prefill", [("b-00", [0, 1, 2, 3])]),
+                                    instance("decode-0", "decode", [("c-00", [8, 9, 10, 11])])])
+    found = [d for d in diagnose(crossing) if d.code == "APD417"]
+    assert [(d.severity, d.path) for d in found] == [("warning", "instances[1].devices")]
+    assert "never run between NPUs of two chip generations" in found[0].message
+    assert "APD416" not in codes(crossing)

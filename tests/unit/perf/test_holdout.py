@@ -4,7 +4,7 @@ targets the profiles are held to; docs/planner.md lists every row."""
 
 import pytest
 
-from ascend_pd.perf.calibrate import summary
+from ascend_pd.perf.refit_shipped import summary
 from ascend_pd.perf.published import holdout_errors, mean_abs, profile_rows, refit
 
 

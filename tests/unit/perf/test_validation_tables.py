@@ -3,19 +3,19 @@ model give now: both are regenerated from measurements.yaml and compared."""
 
 import yaml
 
-from ascend_pd.perf import calibrate
+from ascend_pd.perf import refit_shipped
 from ascend_pd.perf.calibration import shipped_profiles
 from ascend_pd.perf.published import VALIDATION_FILE
 
 
 def test_the_docs_tables_print_from_the_data():
-    text = calibrate.DOCS_FILE.read_text(encoding="utf-8")
-    block = text.split(calibrate.BEGIN, 1)[1].split(calibrate.END, 1)[0]
-    assert block.strip() == calibrate.tables(shipped_profiles()).strip(), \
-        "run `python -m ascend_pd.perf.calibrate --write` and review the diff"
+    text = refit_shipped.DOCS_FILE.read_text(encoding="utf-8")
+    block = text.split(refit_shipped.BEGIN, 1)[1].split(refit_shipped.END, 1)[0]
+    assert block.strip() == refit_shipped.tables(shipped_profiles()).strip(), \
+        "run `python -m ascend_pd.perf.refit_shipped --write` and review the diff"
 
 
 def test_validation_yaml_is_the_refit_of_the_data():
     stored = yaml.safe_load(VALIDATION_FILE.read_text(encoding="utf-8"))
-    assert stored == {name: calibrate.validation(name) for name in shipped_profiles()}, \
-        "run `python -m ascend_pd.perf.calibrate --write` and review the diff"
+    assert stored == {name: refit_shipped.validation(name) for name in shipped_profiles()}, \
+        "run `python -m ascend_pd.perf.refit_shipped --write` and review the diff"

@@ -1,5 +1,6 @@
 """The prefill pool the planner sizes prefill on: one rank without batching is an M/D/1 queue, batching raises what
-a rank carries, and two-choice routing over many ranks waits less than random routing."""
+a rank carries, two-choice routing over many ranks waits less than random routing, and a rank's batches are whole
+prompts in arrival order."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from ascend_pd.perf.context import cost_model
 from ascend_pd.perf.shape import Shape
 from ascend_pd.planner.prefill_queue import PrefillPool
+from ascend_pd.planner.prefill_stage import RankQueue
 
 QWEN_A2 = cost_model("qwen3-32b", "atlas-800i-a2-x4")
 SHAPE = Shape(tp=4)
@@ -40,3 +42,15 @@ def test_two_choices_over_sixteen_ranks_waits_less_than_one_rank_per_sixteenth_o
     alone = pool.run(rate, ranks=1).latency
     shared = pool.run(16 * rate, ranks=16).latency
     assert np.percentile(shared, 90) < 0.7 * np.percentile(alone, 90)
+
+
+def test_a_rank_batches_whole_prompts_in_arrival_order_and_runs_an_overlong_one_alone():
+    rank = RankQueue(batch_tokens=1000)
+    for request, prompt in enumerate([400, 500, 200, 1500, 100]):
+        rank.enqueue(request, prompt)
+    batches = []
+    while rank.queue:
+        batches.append(rank.start().items)
+        rank.finish()
+    assert batches == [[0, 1], [2], [3], [4]]
+    assert rank.outstanding == 0

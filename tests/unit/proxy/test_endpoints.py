@@ -49,8 +49,9 @@ def test_the_kv_workers_of_an_instance_tile_its_port_range():
     prefill = [e for e in endpoints_from_deployment(parse_deployment(text)) if e.role == "prefill"]
     worker_ports = [e.kv.port + tp_rank for e in prefill for tp_rank in range(e.kv.tp_size)]
     assert sorted(worker_ports) == [26000, 26001, 26002, 26003]
-    assert [(e.kv.host, e.kv.engine_id, e.kv.dp_rank) for e in prefill] == [("127.0.0.1", "prefill-0", 0),
-                                                                             ("127.0.0.1", "prefill-0", 1)]
+    # a dense model's DP ranks are engines of their own, each named as render configures it
+    assert [(e.kv.host, e.kv.engine_id, e.kv.dp_rank) for e in prefill] == [("127.0.0.1", "prefill-0_dp0", 0),
+                                                                             ("127.0.0.1", "prefill-0_dp1", 1)]
 
 
 @pytest.mark.parametrize("implementation,mode,flow", [("ascend-pd", "push", "push"), ("ascend-pd", "pull", "pull"),

@@ -78,4 +78,4 @@ def test_ranktable_input_errors_exit_2():
 
 def test_preflight_with_an_unknown_node_exits_2():
     result = invoke("preflight", "--deployment", str(EXAMPLES / "local-cpu-tiny-gqa.yaml"), "--node", "n9")
-    assert result.exit_code == 2 and "no node 'n9'" in result.output
+    assert result.exit_code == 2 and "node 'n9' is not in cluster" in result.output

@@ -66,17 +66,20 @@ def test_node_environment_comes_from_the_cluster_config(a3_example):
     assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == env["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
 
 
-def test_interface_and_node_ip_flags_override_the_cluster_config(a3_example):
-    plan = plan_of(a3_example, interface="bond0", node_ips={"a3-02": "10.9.0.2"})
+def test_interface_flag_and_node_addresses_override_the_cluster_config(a3_example):
+    a3_example["node_addresses"] = {"a3-02": "10.9.0.2"}
+    plan = plan_of(a3_example, interface="bond0")
     env = dict(plan.node("a3-02").env)
     assert (env["HCCL_IF_IP"], env["HCCL_SOCKET_IFNAME"]) == ("10.9.0.2", "bond0")
     rank20 = by_name(plan)["decode-0-dp20"]
     assert flag(rank20.argv, "--data-parallel-address") == "10.9.0.2"
 
 
-def test_unknown_node_in_node_ip_override_is_an_input_error(a3_example):
-    with pytest.raises(InputError, match="a3-09"):
-        plan_of(a3_example, node_ips={"a3-09": "10.0.0.1"})
+def test_unknown_node_in_node_addresses_is_an_input_error(a3_example):
+    a3_example["node_addresses"] = {"a3-09": "10.0.0.1"}
+    with pytest.raises(InputError, match="a3-09") as raised:
+        plan_of(a3_example)
+    assert raised.value.field == "node_addresses.a3-09" and "ascend-pd show cluster" in raised.value.fix
 
 
 def test_a2_nodes_enable_intra_roce_only_when_p_and_d_share_a_node(a2_example):

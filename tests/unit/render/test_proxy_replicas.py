@@ -88,10 +88,13 @@ def test_single_replica_readme_says_the_worker_default(cm384_example):
     assert "Start the proxy, which runs 1 worker process," in render(cm384_example)["README.md"]
 
 
-def test_a_node_ip_override_of_the_proxy_node_is_advertised(cm384_example):
-    files = render(cm384_example, target="bash", node_ips={"cm0-n00": "10.1.0.1"})
+def test_a_site_address_of_the_proxy_node_is_where_it_listens_and_what_it_advertises(cm384_example):
+    cm384_example["node_addresses"] = {"cm0-n00": "10.1.0.1"}
+    files = render(cm384_example, target="bash")
     _, argv = started(files["launch-proxy.sh"])
-    assert (flag(argv, "--host"), flag(argv, "--advertise-url")) == ("10.1.0.1", "http://10.1.0.1:8080")
+    # the proxy reads the same address from the bundle's deployment.yaml, so it needs no --advertise-url
+    assert (flag(argv, "--host"), flag(argv, "--advertise-url")) == ("10.1.0.1", None)
+    assert yaml.safe_load(files["deployment.yaml"])["node_addresses"] == {"cm0-n00": "10.1.0.1"}
 
 
 def proxy_documents(files):

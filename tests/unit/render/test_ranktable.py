@@ -51,7 +51,8 @@ def test_a_cluster_without_device_ips_cannot_have_a_rank_table(cpu_example):
         table_for(cpu_example, "prefill-0")
 
 
-def test_node_ip_override_changes_the_server_id(a2_example):
+def test_a_node_address_of_the_deployment_is_the_server_id(a2_example):
+    a2_example["node_addresses"] = {"a2-00": "10.1.1.1"}
     loaded = loaded_from(a2_example)
-    table = rank_table(load_cluster("atlas-800i-a2-x4"), loaded.deployment.instances[0], {"a2-00": "10.1.1.1"})
+    table = rank_table(loaded.cluster(), loaded.deployment.instances[0])
     assert table["server_list"][0]["server_id"] == "10.1.1.1"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 
 import pytest
 import yaml
@@ -13,6 +12,7 @@ import yaml
 from ascend_pd.deploy import has_errors, parse_deployment, validate
 from ascend_pd.render import plan_processes, render_bundle
 from ascend_pd.render.vllm_ascend_checks import EngineStart, plan_refusals, refusals
+from tests.fuzzed_plans import fuzzed_plan
 
 from .conftest import EXAMPLE_NAMES, example_data
 
@@ -126,43 +126,13 @@ def test_render_refuses_an_engine_vllm_ascend_would_refuse_even_when_no_rule_doe
 # ---- 100 plans (a third with an int8 cache): what the planner writes, and the same plans under the other
 # connectors and the other cache dtype
 
-PLAN_MODELS = {"atlas-800i-a2-x4": ["qwen3-32b", "llama-3.1-70b", "qwen2.5-7b", "qwen3-30b-a3b"],
-               "atlas-800t-a3-x4": ["deepseek-r1", "qwen3-235b-a22b", "qwen3-32b", "llama-3.1-70b"]}
-
-
-def _fuzzed_plan(seed: int) -> dict:
-    """A plan for a random model, cluster, workload, SLO and rate; draws again where no deployment meets the rate."""
-    from ascend_pd.deploy import dump_deployment
-    from ascend_pd.deploy.schema import SLO, LengthDistribution, Workload
-    from ascend_pd.errors import InputError
-    from ascend_pd.perf.context import cost_model
-    from ascend_pd.planner.plan import PlanInputs, make_plan
-
-    rng = random.Random(seed)
-    while True:
-        cluster = rng.choice(sorted(PLAN_MODELS))
-        model = rng.choice(PLAN_MODELS[cluster])
-        input_mean, output_mean = rng.choice([1000, 3000, 8000]), rng.choice([300, 1000])
-        workload = Workload(input_tokens=LengthDistribution(mean=input_mean, p99=input_mean * 3),
-                            output_tokens=LengthDistribution(mean=output_mean, p99=output_mean * 3), rate=1.0)
-        slo = SLO(ttft_ms=rng.choice([1000, 2000, 5000]), tpot_ms=rng.choice([30, 50]), attainment=0.9)
-        inputs = PlanInputs(workload, slo, rate=rng.choice([2.0, 8.0, 20.0]), kv_mode=rng.choice(["pull", "push"]),
-                            cluster_ref=cluster)
-        kv_dtype = rng.choice(["bf16", "bf16", "int8"])
-        try:
-            outcome = make_plan(cost_model(model, cluster, None, None, kv_dtype, None), inputs)
-        except InputError:
-            continue
-        return yaml.safe_load(dump_deployment(outcome.deployment))
-
-
 @pytest.mark.parametrize("block", range(10))
 def test_every_engine_of_100_plans_starts_under_vllm_ascend_or_validation_says_why(block):
     """Each plan as written must validate and start; under vllm-ascend's connectors or with an int8 cache it may be
     refused, but only by a validation rule: render never writes an engine vllm-ascend refuses."""
     engines = 0
     for seed in range(block * 10, block * 10 + 10):
-        plan = _fuzzed_plan(seed)
+        plan = fuzzed_plan(seed)
         variants = [plan] + [copy.deepcopy(plan) for _ in range(3)]
         variants[1]["connector"].update(implementation="vllm-ascend", mode="pull")
         variants[2]["connector"].update(implementation="vllm-ascend", mode="push")

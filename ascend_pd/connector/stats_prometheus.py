@@ -1,5 +1,6 @@
-"""The connector's Prometheus metrics on each engine's /metrics: transfer batches, bytes, KV waits, failures, per
-request the transfer it exposed after its prefill, by mode, and the requests whose KV a prefill engine still holds."""
+"""The last stage of the connector's statistics (stats_tally.py, stats_merged.py, this): its Prometheus metrics on each
+engine's /metrics: transfer batches, bytes, KV waits, failures, per request the transfer it exposed after its
+prefill, by mode, and the requests whose KV a prefill engine still holds."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ _BYTES_BUCKETS = [2.0**20 * mib for mib in (1, 4, 16, 64, 256, 1024, 4096)]
 
 
 class AscendPDPromMetrics(KVConnectorPromMetrics):
-    """Fed from the workers' merged tallies (see tally.py) and the scheduler side's held count, per engine step."""
+    """Fed from the workers' tallies merged (stats_merged.py) and the scheduler side's held count, per engine step."""
 
     def __init__(self, vllm_config, metric_types, labelnames: list[str],
                  per_engine_labelvalues: dict[int, list[object]]):

@@ -1,5 +1,6 @@
-"""Per-worker transfer tally (bytes, durations, copies, KV waits, failures, and per request how much of its transfer
-it exposed), handed to vLLM's connector stats."""
+"""The first stage of the connector's statistics (this, stats_merged.py, stats_prometheus.py): each worker's transfer
+tally (bytes, durations, copies, KV waits, failures, and per request how much of its transfer it exposed), handed to
+vLLM's connector stats."""
 
 from __future__ import annotations
 

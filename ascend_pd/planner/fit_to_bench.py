@@ -28,6 +28,7 @@ from ascend_pd.hardware.platform import platform_of
 from ascend_pd.models import get_model
 from ascend_pd.perf.calibration import DEFAULT_PROFILE, load_calibration, shipped_profiles
 from ascend_pd.perf.fitting import BOUNDS, FitResult, Row, fit
+from ascend_pd.perf.on_chip import deployment_group
 from ascend_pd.perf.shape import Shape
 
 # (key, type) every result must carry, as `vllm bench serve --save-result` writes them.
@@ -101,7 +102,9 @@ def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult],
     """The TPOT and TTFT rows of `results`, measured on the deployment in `deployment_path`."""
     loaded = load_deployment(deployment_path)
     deployment, source = loaded.deployment, str(deployment_path)
-    cluster = loaded.cluster()
+    # One fit holds one chip's values: on a cluster that mixes chips, the group the deployment runs on.
+    cluster = deployment_group(loaded.cluster(), (p.node for i in deployment.instances for p in i.devices), source,
+                               "a calibration fit")
     try:
         model = get_model(deployment.model.name)
     except InputError as exc:

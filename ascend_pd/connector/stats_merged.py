@@ -1,5 +1,6 @@
-"""Transfer statistics reported through vLLM's connector stats: bytes, transfers, durations, failures, and from the
-scheduler side the number of requests whose blocks the connector still holds."""
+"""The middle stage of the connector's statistics (stats_tally.py, this, stats_prometheus.py): what vLLM's connector
+stats carry, merged: the workers' bytes, transfers, durations and failures, and from the scheduler side the number
+of requests whose blocks the connector still holds."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
-from ascend_pd.connector.tally import LISTS, empty_tally
+from ascend_pd.connector.stats_tally import LISTS, empty_tally
 
 
 @dataclass
 class AscendPDStats(KVConnectorStats):
-    """The workers' tallies (see tally.py), merged across ranks and reduced for vLLM's stats logger. `held`, when
+    """The workers' tallies (stats_tally.py), merged across ranks and reduced for vLLM's stats logger. `held`, when
     present, is the scheduler side's count of held requests (scheduler.py): a level, not a sum."""
 
     data: dict[str, Any] = field(default_factory=empty_tally)

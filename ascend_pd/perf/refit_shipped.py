@@ -1,6 +1,6 @@
 """Refit the shipped calibration profiles to their published measurements and print the validation tables.
 
-Run `python -m ascend_pd.perf.calibrate [PROFILE ...]` to print them; with `--write`, also write validation.yaml
+Run `python -m ascend_pd.perf.refit_shipped [PROFILE ...]` to print them; with `--write`, also write validation.yaml
 and the tables of docs/planner.md (between its calibration-tables markers). Copy the fitted values into
 calibration.yaml when the model or the rows change. Every row of measurements.yaml is printed: fitted rows with their
 residual, their error when fitted without them (leave-one-out) and without their whole source (leave-source-out),
@@ -105,7 +105,7 @@ def tables(profiles: list[str]) -> str:
 
 
 def write(profiles: list[str]) -> None:
-    VALIDATION_FILE.write_text("# Written by `python -m ascend_pd.perf.calibrate --write`: every published row's "
+    VALIDATION_FILE.write_text("# Written by `python -m ascend_pd.perf.refit_shipped --write`: every published row's "
                                "errors, and what the plan report quotes.\n"
                                + yaml.safe_dump({name: validation(name) for name in profiles}, sort_keys=False),
                                encoding="utf-8")

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from ascend_pd.cli.main import cli
 from ascend_pd.perf.calibration import load_calibration
 from ascend_pd.perf.fitting import errors
-from ascend_pd.planner.calibrate_bench import bench_rows, read_bench_result
+from ascend_pd.planner.fit_to_bench import bench_rows, read_bench_result
 
 DATA = Path(__file__).resolve().parents[3] / "docs" / "calibration-cpu"
 RESULTS = sorted(DATA.glob("c*.json"), key=lambda p: int(p.stem[1:]))
