@@ -68,7 +68,8 @@ def wait_finished(worker, request_id: str, which: int) -> None:
 
 def serve(role: str, conn, model_id: str, tokens: int, block_size: int, ports: dict) -> None:
     """One process: a pull worker and a push worker over the same caches, plus a raw engine; obeys `conn`."""
-    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend, RemotePeer
+    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend
+    from ascend_pd.deploy.handoff import KVAddress
 
     caches, blocks, heads, is_mla = kv_caches(model_id, tokens, block_size, fill=role == "prefill")
     workers = {}
@@ -92,13 +93,13 @@ def serve(role: str, conn, model_id: str, tokens: int, block_size: int, ports: d
                          [t.numel() * t.element_size() for t in tensors]) == 0
         elif command == "pull":
             request_id = args[0]
-            peer = RemotePeer("prefill", _HOST, ports["prefill", "pull"], 1)
+            peer = KVAddress(engine_id="prefill", host=_HOST, port=ports["prefill", "pull"])
             workers["pull"].on_metadata(AscendPDMetadata(pull_recv=[PullRecv(request_id, request_id, peer,
                                                                               block_ids, block_ids)]))
             wait_finished(workers["pull"], request_id, 1)
         elif command == "expect":  # decode side of push: announce, let the parent start prefill, wait
             transfer_id = args[0]
-            peer = RemotePeer("prefill", _HOST, ports["prefill", "push"], 1)
+            peer = KVAddress(engine_id="prefill", host=_HOST, port=ports["prefill", "push"])
             workers["push"].on_metadata(AscendPDMetadata(push_recv=[PushRecv(transfer_id, transfer_id, peer,
                                                                               block_ids, 0)]))
             conn.send("announced")

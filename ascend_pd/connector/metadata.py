@@ -4,25 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class RemotePeer:
-    """The prefill instance (DP rank) that holds or sends a request's KV."""
-
-    engine_id: str
-    host: str
-    port: int  # side-channel port of its TP rank 0; rank r listens on port + r
-    tp_size: int
-    # The host of each TP rank when the ranks span nodes (vLLM's multi-node TP); empty: every rank on `host`.
-    rank_hosts: tuple[str, ...] = ()
-
-    def address(self, rank: int) -> tuple[str, int]:
-        """Where TP rank `rank` listens."""
-        return (self.rank_hosts[rank] if self.rank_hosts else self.host), self.port + rank
-
-    def describe(self) -> str:
-        """How logs and errors name it: engine id and side-channel address."""
-        return f"{self.engine_id} ({self.host}:{self.port})"
+from ascend_pd.deploy.handoff import KVAddress
 
 
 @dataclass(frozen=True)
@@ -31,7 +13,7 @@ class PullRecv:
 
     request_id: str
     remote_request_id: str
-    peer: RemotePeer
+    peer: KVAddress  # the prefill DP rank that holds the KV
     local_block_ids: list[int]
     remote_block_ids: list[int]
     prefilled_at: float | None = None  # P's wall clock when the prompt was computed, for the exposed transfer
@@ -43,7 +25,7 @@ class PushRecv:
 
     request_id: str
     transfer_id: str
-    peer: RemotePeer
+    peer: KVAddress  # the prefill DP rank that writes the KV
     local_block_ids: list[int]
     first_block: int  # index of the first prompt block to receive (earlier ones are local prefix-cache hits)
 

@@ -7,8 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import PullRecv
-from ascend_pd.connector.scheduler import (SchedulerSide, blocks_to_receive, peer_of, prompt_blocks,
-                                           prompt_tokens_to_load)
+from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, prompt_blocks, prompt_tokens_to_load
 from ascend_pd.deploy import handoff
 
 if TYPE_CHECKING:
@@ -42,7 +41,7 @@ class PullScheduler(SchedulerSide):
                            request.num_prompt_tokens)
             local = local[:len(remote)]
         self._next.pull_recv.append(PullRecv(
-            request_id=request.request_id, remote_request_id=pulled.remote_request_id, peer=peer_of(pulled),
+            request_id=request.request_id, remote_request_id=pulled.remote_request_id, peer=pulled.prefill,
             local_block_ids=list(local), remote_block_ids=remote, prefilled_at=pulled.remote_prefilled_at))
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:

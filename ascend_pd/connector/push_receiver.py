@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 class _Incoming:
     request_id: str
     transfer_id: str
-    peer: str  # RemotePeer.describe(), for the logs
+    peer: str  # KVAddress.describe(), for the logs
     block_ids: list[int]
     senders: set[int]
     deadline: float

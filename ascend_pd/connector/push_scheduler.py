@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ascend_pd.connector.metadata import AscendPDMetadata, PushRecv, PushSend
-from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, peer_of, prompt_tokens_to_load
+from ascend_pd.connector.scheduler import SchedulerSide, blocks_to_receive, prompt_tokens_to_load
 from ascend_pd.deploy import handoff
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ class PushScheduler(SchedulerSide):
 
     def _queue_recv(self, request: Request, pushed: handoff.PushToDecode, local: list[int], first_block: int) -> None:
         self._next.push_recv.append(PushRecv(request_id=request.request_id, transfer_id=pushed.transfer_id,
-                                             peer=peer_of(pushed), local_block_ids=list(local),
+                                             peer=pushed.prefill, local_block_ids=list(local),
                                              first_block=first_block))
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> AscendPDMetadata:

@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ascend_pd.connector.config import ConnectorConfig
-from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
+from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.deploy import handoff
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ class SchedulerSide:
             logger.warning("%s: %s; computing locally", error, params)
             handoff.stop_receiving(params)
             return None
-        peer = peer_of(received)
+        peer = received.prefill
         expected = self.config.prefill.tp_size
         if peer.tp_size != expected or peer.rank_hosts and len(peer.rank_hosts) != peer.tp_size:
             logger.warning("prefill %s has tp %d (%d rank hosts), this instance maps KV heads from tp %d; "
@@ -102,12 +102,6 @@ class SchedulerSide:
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         raise NotImplementedError
-
-
-def peer_of(received: handoff.FromPrefill) -> RemotePeer:
-    prefill = received.prefill
-    return RemotePeer(engine_id=prefill.engine_id, host=prefill.host, port=prefill.port, tp_size=prefill.tp_size,
-                      rank_hosts=prefill.rank_hosts)
 
 
 def prompt_tokens_to_load(request: Request, num_computed_tokens: int) -> tuple[int, bool]:

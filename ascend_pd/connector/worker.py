@@ -14,13 +14,14 @@ from ascend_pd.connector.config import ENGINE_GRACE_S, ConnectorConfig
 from ascend_pd.connector.cpus import release_crowded_main_thread, spread_threads, unpin_current_thread
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
-from ascend_pd.connector.metadata import AscendPDMetadata, RemotePeer
+from ascend_pd.connector.metadata import AscendPDMetadata
 from ascend_pd.connector.peers import Peers
 from ascend_pd.connector.routes import check_compatible
 from ascend_pd.connector.staging import StagingBuffer
 from ascend_pd.connector.stats_tally import TransferTally
 from ascend_pd.connector.trace import Trace
 from ascend_pd.connector.transport import BatchResult, TransferFailed, Transport, region_limit
+from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class WorkerSide:
                 and self.config.prefill.tp_size < self.config.decode.tp_size
                 and self.plan.num_kv_heads > self.config.prefill.tp_size)
 
-    def peer_metadata(self, peer: RemotePeer, rank: int, deadline: float) -> messages.AgentMetadata:
+    def peer_metadata(self, peer: KVAddress, rank: int, deadline: float) -> messages.AgentMetadata:
         """A prefill rank's metadata, fetched once over the side channel; checks the caches can pair up."""
         return self.peers.metadata(*peer.address(rank), deadline, lambda reply: check_compatible(
             reply.planes, self.metadata.planes, reply.block_size, self.block_size))

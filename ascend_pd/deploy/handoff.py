@@ -21,7 +21,8 @@ ABORT_TIMEOUT_S = 480
 
 class KVAddress(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where the KV connector of one DP rank listens: deployment.yaml gives it for every rank, the backend table
-    keeps it, and push mode hands a prefill rank's to D."""
+    keeps it, push mode hands a prefill rank's to D, and D's connector names in it the P that holds or sends a
+    request's KV."""
 
     engine_id: str
     host: str
@@ -29,6 +30,14 @@ class KVAddress(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tp_size: int = 1
     dp_rank: int = 0
     rank_hosts: tuple[str, ...] = ()  # each TP rank's host when the ranks span nodes; empty: all on `host`
+
+    def address(self, rank: int) -> tuple[str, int]:
+        """Where TP rank `rank` listens."""
+        return (self.rank_hosts[rank] if self.rank_hosts else self.host), self.port + rank
+
+    def describe(self) -> str:
+        """How logs and errors name it: engine id and side-channel address."""
+        return f"{self.engine_id} ({self.host}:{self.port})"
 
 
 class HandoffError(ValueError):

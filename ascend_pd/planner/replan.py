@@ -205,10 +205,8 @@ def _option_rates(cost: CostModel, req: Requirements, budget: int, keys) -> dict
 
 @dataclass(frozen=True)
 class _Sizing:
-    """What a re-plan sizes for: the cost model as calibrated, the devices it may take, the design rate and the
-    planner's requirements at that rate."""
+    """What a re-plan sizes for: the devices it may take, the design rate and the planner's requirements at it."""
 
-    cost: CostModel
     budget: int
     rate: float
     req: Requirements
@@ -225,22 +223,21 @@ class _Steps:
     problem: str | None = None
 
 
-def _sizing(loaded: LoadedDeployment, observed: Observed, calibration: str | None, headroom: float,
-            design_rate: float | None, max_devices: int | None) -> _Sizing:
-    deployment = loaded.deployment
-    cost = cost_model(loaded, calibration)
+def _sizing(cost: CostModel, deployment: Deployment, observed: Observed, headroom: float, design_rate: float | None,
+            max_devices: int | None) -> _Sizing:
     budget = min(cost.cluster.device_count, max_devices or cost.cluster.device_count)
     rate = observed.rate * (1 + headroom) if design_rate is None else max(design_rate, observed.rate)
     workload = observed.workload().model_copy(update={"rate": rate})
     inputs = PlanInputs(workload, deployment.slo, rate=rate, kv_mode=deployment.connector.mode,
                         cluster_ref=deployment.cluster)
-    return _Sizing(cost, budget, rate, requirements(cost, inputs))
+    return _Sizing(budget, rate, requirements(cost, inputs))
 
 
-def _correction(sizing: _Sizing, deployment: Deployment, observed: Observed, prior: Correction) -> Correction:
-    """This window's correction of the cost model, moved from the earlier windows' (`prior`) rather than to it, or
-    `prior` kept when the window cannot tell."""
-    cost, req, budget = sizing.cost, sizing.req, sizing.budget
+def _correction(cost: CostModel, sizing: _Sizing, deployment: Deployment, observed: Observed,
+                prior: Correction) -> Correction:
+    """This window's correction of the cost model (`cost`, as calibrated), moved from the earlier windows' (`prior`)
+    rather than to it, or `prior` kept when the window cannot tell."""
+    req, budget = sizing.req, sizing.budget
     counts = counts_of(deployment)
     serving = _serving_rate(counts.elements(), _option_rates(
         replace(cost, prefill_scale=prior.prefill_scale, decode_scale=prior.decode_scale), req, budget, set(counts)))
@@ -364,9 +361,10 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
     if deployment.slo is None:
         raise InputError("the deployment has no SLO to re-plan for", file=loaded.source, field="slo",
                          fix="add slo: {ttft_ms: ..., tpot_ms: ..., attainment: ...}")
-    sizing = _sizing(loaded, observed, calibration, headroom, design_rate, max_devices)
-    correction = _correction(sizing, deployment, observed, prior or Correction())
-    cost = replace(sizing.cost, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
+    calibrated = cost_model(loaded, calibration)
+    sizing = _sizing(calibrated, deployment, observed, headroom, design_rate, max_devices)
+    correction = _correction(calibrated, sizing, deployment, observed, prior or Correction())
+    cost = replace(calibrated, prefill_scale=correction.prefill_scale, decode_scale=correction.decode_scale)
     req, budget, rate, required = sizing.req, sizing.budget, sizing.rate, deployment.slo.attainment
     deployed = deployed_choice(deployment)
     current = Figures(deployed.label(), deployed.devices, attainment(cost, deployed, req, budget, rate))
@@ -391,5 +389,5 @@ def replan(loaded: LoadedDeployment, observed: Observed, calibration: str | None
         return Proposal(observed, rate, correction, current, target, False, [*reasons, order.problem],
                         capacity=order.capacity, urgent=urgent)
     return Proposal(observed, rate, correction, current, target, True,
-                    [*reasons, *_change_reasons(deployment, counts, current, target, rates)], order.steps, order.deployment,
-                    order.capacity, urgent)
+                    [*reasons, *_change_reasons(deployment, counts, current, target, rates)], order.steps,
+                    order.deployment, order.capacity, urgent)

@@ -34,26 +34,35 @@ def workload_document(pool: BackendPool, window: WorkloadWindow, parts: list[Win
     return summarise(parts, window.seconds, time.time(), [b.describe() for b in pool.all()])
 
 
-def admin_routes(keeper: TableKeeper, token: str, window: WorkloadWindow | None = None
-                 ) -> dict[tuple[str, str], Handler]:
-    """(method, path) -> handler of every admin endpoint."""
-    window = window or WorkloadWindow()
-    pool = keeper.pool
-    expected = f"Bearer {token}".encode()
+class AdminRoutes:
+    """One worker's admin endpoints over its backend table (`keeper`) and its workload window; each call must carry
+    the admin token."""
 
-    def authorized(request: Request) -> None:
-        if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
+    def __init__(self, keeper: TableKeeper, token: str, window: WorkloadWindow):
+        self.keeper, self.pool, self.window = keeper, keeper.pool, window
+        self._expected = f"Bearer {token}".encode()
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """(method, path) -> handler of every admin endpoint."""
+        return {("GET", "/v1/workload"): self.workload, ("GET", "/v1/workload/samples"): self.workload_samples,
+                ("GET", WORKLOAD_PARTS): self.workload_parts,
+                ("GET", "/admin/backends"): self.listing, ("POST", "/admin/backends"): self.add,
+                ("POST", "/admin/backends/drain"): self.drain, ("POST", "/admin/backends/remove"): self.remove,
+                ("GET", "/admin/table"): self.table, ("PUT", "/admin/table"): self.put_table}
+
+    def _authorize(self, request: Request) -> None:
+        if not hmac.compare_digest(request.headers.get("authorization", "").encode(), self._expected):
             raise ClientError(401, "admin endpoints need 'Authorization: Bearer <admin token>'", "unauthorized")
 
-    async def read_change(request: Request) -> BackendChange:
-        authorized(request)
+    def _read_change(self, request: Request) -> BackendChange:
+        self._authorize(request)
         try:
             return msgspec.json.decode(request.body, type=BackendChange)
         except msgspec.DecodeError as exc:
             raise ClientError(400, f"body must be {{\"url\": ..., \"role\": ...}}: {exc}", "invalid_request_error")
 
-    async def add(request: Request) -> Response:
-        change = await read_change(request)
+    async def add(self, request: Request) -> Response:
+        change = self._read_change(request)
         if change.role not in ROLES:
             raise ClientError(400, f"role must be one of {', '.join(ROLES)}", "invalid_request_error")
         try:
@@ -62,60 +71,55 @@ def admin_routes(keeper: TableKeeper, token: str, window: WorkloadWindow | None 
             raise ClientError(400, exc.render(), "invalid_request_error") from None
         entry = TableEntry(endpoint.url, endpoint.role, change.instance or endpoint.instance, change.dp_rank,
                            change.kv)
-        keeper.offer(with_entry(keeper.table, entry))
-        return _json(pool.get(endpoint.url).describe())
+        self.keeper.offer(with_entry(self.keeper.table, entry))
+        return _json(self.pool.get(endpoint.url).describe())
 
-    async def drain(request: Request) -> Response:
-        url = _normalized(await read_change(request))
-        if keeper.table.entry(url) is None:
+    async def drain(self, request: Request) -> Response:
+        url = _normalized(self._read_change(request))
+        if self.keeper.table.entry(url) is None:
             raise ClientError(404, "no such backend", "not_found")
-        keeper.offer(draining(keeper.table, url))
-        return _json(pool.get(url).describe())
+        self.keeper.offer(draining(self.keeper.table, url))
+        return _json(self.pool.get(url).describe())
 
-    async def remove(request: Request) -> Response:
-        url = _normalized(await read_change(request))
-        backend = pool.get(url)
-        if keeper.table.entry(url) is None or backend is None:
+    async def remove(self, request: Request) -> Response:
+        url = _normalized(self._read_change(request))
+        backend = self.pool.get(url)
+        if self.keeper.table.entry(url) is None or backend is None:
             raise ClientError(404, "no such backend", "not_found")
-        keeper.offer(without(keeper.table, url))
+        self.keeper.offer(without(self.keeper.table, url))
         return _json(backend.describe())
 
-    async def table(request: Request) -> Response:
+    async def table(self, request: Request) -> Response:
         """The table this worker serves, and the generation each worker of the proxy serves (the lowest is what
         the whole proxy is sure to serve)."""
-        authorized(request)
-        return _json({**msgspec.to_builtins(keeper.table), "worker_generations": [keeper.table.generation]})
+        self._authorize(request)
+        table = self.keeper.table
+        return _json({**msgspec.to_builtins(table), "worker_generations": [table.generation]})
 
-    async def put_table(request: Request) -> Response:
-        authorized(request)
+    async def put_table(self, request: Request) -> Response:
+        self._authorize(request)
         try:
             offered = decode_table(request.body, "PUT /admin/table")
         except InputError as exc:
             raise ClientError(400, exc.render(), "invalid_request_error") from None
-        applied = keeper.offer(offered)
-        return _json({"generation": keeper.table.generation, "applied": applied})
+        applied = self.keeper.offer(offered)
+        return _json({"generation": self.keeper.table.generation, "applied": applied})
 
-    async def listing(request: Request) -> Response:
-        authorized(request)
-        return _json([b.describe() for b in pool.all()])
+    async def listing(self, request: Request) -> Response:
+        self._authorize(request)
+        return _json([b.describe() for b in self.pool.all()])
 
-    async def workload(request: Request) -> Response:
-        authorized(request)
-        return _json(workload_document(pool, window, [window.snapshot()]))
+    async def workload(self, request: Request) -> Response:
+        self._authorize(request)
+        return _json(workload_document(self.pool, self.window, [self.window.snapshot()]))
 
-    async def workload_samples(request: Request) -> Response:
-        authorized(request)
-        return Response(encode_contents(window.snapshot()))
+    async def workload_samples(self, request: Request) -> Response:
+        self._authorize(request)
+        return Response(encode_contents(self.window.snapshot()))
 
-    async def workload_parts(request: Request) -> Response:
-        authorized(request)
-        return Response(encode_parts([window.snapshot()]))
-
-    return {("GET", "/v1/workload"): workload, ("GET", "/v1/workload/samples"): workload_samples,
-            ("GET", WORKLOAD_PARTS): workload_parts,
-            ("GET", "/admin/backends"): listing, ("POST", "/admin/backends"): add,
-            ("POST", "/admin/backends/drain"): drain, ("POST", "/admin/backends/remove"): remove,
-            ("GET", "/admin/table"): table, ("PUT", "/admin/table"): put_table}
+    async def workload_parts(self, request: Request) -> Response:
+        self._authorize(request)
+        return Response(encode_parts([self.window.snapshot()]))
 
 
 def _normalized(change: BackendChange) -> str:

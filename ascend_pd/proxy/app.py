@@ -13,7 +13,7 @@ from functools import partial
 import aiohttp
 import msgspec
 
-from ascend_pd.proxy.admin import admin_routes, workload_document
+from ascend_pd.proxy.admin import AdminRoutes, workload_document
 from ascend_pd.proxy.backend_table import BackendTable, table_of
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
@@ -29,7 +29,7 @@ from ascend_pd.proxy.openai_body import is_streaming, prompt_text
 from ascend_pd.proxy.policies import RouteRequest, make_policy
 from ascend_pd.proxy.relay import relay
 from ascend_pd.proxy.settings import ProxySettings
-from ascend_pd.proxy.sibling_routes import share_with_siblings
+from ascend_pd.proxy.sibling_routes import SiblingRoutes
 from ascend_pd.proxy.siblings import SharedLoad, Siblings
 from ascend_pd.proxy.table_keeper import TableKeeper
 from ascend_pd.proxy.tokens import EstimatedTokens, TokenCounter
@@ -41,7 +41,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts with inline images fit; anythi
 
 
 class ProxyState:
-    """The state one proxy process shares between requests."""
+    """The state one proxy process shares between requests; the clients it calls backends with are its server's."""
 
     def __init__(self, endpoints: Iterable[Endpoint], settings: ProxySettings, tokens: TokenCounter | None = None,
                  shared_load: SharedLoad | None = None, revision: str = "manual"):
@@ -59,8 +59,6 @@ class ProxyState:
         self.policies = {"prefill": make_policy(settings.prefill_policy, "prefill policy"),
                          "decode": make_policy(settings.decode_policy, "decode policy"),
                          "colocated": make_policy(settings.decode_policy, "decode policy")}
-        self.env: FlowEnv | None = None
-        self.control: aiohttp.ClientSession | None = None
 
     def mode_now(self) -> str:
         """The configured flow, or colocated instances when no P/D pair can be formed right now."""
@@ -76,45 +74,45 @@ class ProxyState:
 
 class ProxyServer:
     """The proxy serving on a socket: its HTTP server, the clients it calls backends with, and its background tasks
-    (health checks). `cleanup()` stops it."""
+    (health checks). Made inside the event loop it serves on, which its clients belong to; `cleanup()` stops it."""
 
     def __init__(self, proxy: ProxyState, siblings: Siblings | None = None):
         self.proxy = proxy
         self.siblings = siblings
+        settings = proxy.settings
+        # aiohttp for the control plane (health checks, /v1/models): a few calls a second, not worth a second client
+        self.control = make_control_session(settings.timeouts)
+        self.env = FlowEnv(make_client(settings.timeouts), proxy.pool, proxy.policies, proxy.metrics, settings,
+                           proxy.metaserver, asyncio.get_running_loop())
         self.routes: dict[tuple[str, str], Handler] = {
-            ("POST", "/v1/completions"): partial(_completions, proxy),
-            ("POST", "/v1/chat/completions"): partial(_completions, proxy),
-            ("GET", "/v1/models"): partial(_models, proxy),
+            ("POST", "/v1/completions"): partial(_completions, proxy, self.env),
+            ("POST", "/v1/chat/completions"): partial(_completions, proxy, self.env),
+            ("GET", "/v1/models"): partial(_models, proxy, self.control),
             ("GET", "/health"): partial(_health, proxy),
             ("GET", "/metrics"): partial(_metrics, proxy),
             ("POST", "/v1/metaserver"): partial(_metaserver, proxy),
         }
-        if proxy.settings.admin_token:
-            self.routes.update(admin_routes(proxy.keeper, proxy.settings.admin_token, proxy.window))
+        if settings.admin_token:
+            self.routes.update(AdminRoutes(proxy.keeper, settings.admin_token, proxy.window).routes())
         if siblings is not None:
-            self.routes = share_with_siblings(self.routes, siblings, lambda: proxy.control,
-                                              proxy.settings.timeouts.health,
-                                              partial(workload_document, proxy.pool, proxy.window), proxy.keeper)
+            self.routes = SiblingRoutes(self.routes, siblings, self.control, settings.timeouts.health,
+                                        partial(workload_document, proxy.pool, proxy.window), proxy.keeper).routes()
         self._paths = {path for _, path in self.routes}
         self.http = HttpServer(self._dispatch, MAX_BODY_BYTES)
         self.private = HttpServer(self._dispatch, MAX_BODY_BYTES) if siblings is not None else None
         self._tasks: list[asyncio.Task] = []
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> str:
-        """Start the clients and background tasks, then listen; returns the base URL."""
+        """Start the background tasks, then listen; returns the base URL."""
         proxy = self.proxy
         settings = proxy.settings
-        # aiohttp for the control plane (health checks, /v1/models): a few calls a second, not worth a second client
-        proxy.control = make_control_session(settings.timeouts)
-        proxy.env = FlowEnv(make_client(settings.timeouts), proxy.pool, proxy.policies, proxy.metrics, settings,
-                            proxy.metaserver, asyncio.get_running_loop())
         if settings.health_interval > 0:
-            self._tasks.append(asyncio.create_task(check_forever(proxy.control, proxy.pool, settings.health_interval,
+            self._tasks.append(asyncio.create_task(check_forever(self.control, proxy.pool, settings.health_interval,
                                                                  settings.timeouts.health)))
         if settings.engine_load_interval > 0 and (self.siblings is None or self.siblings.worker == 0):
             # with workers, the first polls for all (the readings are shared): the engines see one proxy's scrapes
             self._tasks.append(asyncio.create_task(poll_engine_load_forever(
-                proxy.control, proxy.pool, settings.engine_load_interval, settings.timeouts.health)))
+                self.control, proxy.pool, settings.engine_load_interval, settings.timeouts.health)))
         if proxy.keeper.path is not None:
             self._tasks.append(asyncio.create_task(proxy.keeper.watch(settings.table_interval)))
         if self.private is not None:
@@ -129,7 +127,7 @@ class ProxyServer:
         token = self.proxy.settings.admin_token
         if not token:
             return
-        answers = await self.siblings.tell_all(self.proxy.control, "GET", "/admin/table", b"",
+        answers = await self.siblings.tell_all(self.control, "GET", "/admin/table", b"",
                                                {"Authorization": f"Bearer {token}"},
                                                self.proxy.settings.timeouts.health)
         for status, body in answers:
@@ -142,13 +140,12 @@ class ProxyServer:
         await self.http.close()
         if self.private is not None:
             await self.private.close()
-        proxy = self.proxy
-        for task in [*self._tasks, *proxy.env.background]:
+        for task in [*self._tasks, *self.env.background]:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        await proxy.env.client.close()
-        await proxy.control.close()
+        await self.env.client.close()
+        await self.control.close()
 
     async def _dispatch(self, request: Request) -> Response | Stream:
         handler = self.routes.get((request.method, request.path))
@@ -161,7 +158,7 @@ class ProxyServer:
             return exc.response()
 
 
-async def _completions(proxy: ProxyState, request: Request) -> Response | Stream:
+async def _completions(proxy: ProxyState, env: FlowEnv, request: Request) -> Response | Stream:
     endpoint = request.path
     if proxy.inflight >= proxy.settings.max_inflight:
         proxy.metrics.request_outcome(endpoint, "429").inc()
@@ -175,7 +172,7 @@ async def _completions(proxy: ProxyState, request: Request) -> Response | Stream
     try:
         ctx = _context(request, proxy)
         prompt_tokens = ctx.route.tokens
-        opened = await serve(ctx, proxy.env, proxy.mode_now())
+        opened = await serve(ctx, env, proxy.mode_now())
         first_at = time.perf_counter()
         proxy.metrics.first_token_seconds.observe(first_at - arrived)
         events = EventCounter(strip_usage=ctx.usage_added)
@@ -228,11 +225,11 @@ def _context(request: Request, proxy: ProxyState) -> RequestContext:
                           streaming=streaming, usage_added=usage_added)
 
 
-async def _models(proxy: ProxyState, request: Request) -> Response:
+async def _models(proxy: ProxyState, control: aiohttp.ClientSession, request: Request) -> Response:
     for role in ("decode", "colocated", "prefill"):
         for backend in proxy.pool.candidates(role):
             try:
-                async with proxy.control.get(backend.url + "/v1/models") as answer:
+                async with control.get(backend.url + "/v1/models") as answer:
                     if answer.status == 200:
                         return Response(await answer.read())
             except (aiohttp.ClientError, asyncio.TimeoutError):  # this one cannot answer: ask the next

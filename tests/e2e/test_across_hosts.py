@@ -26,7 +26,7 @@ from tests.ports import free_port_range
 from .conftest import BASE, case_logs
 from .netns import BridgedHosts
 from .stack import Stack, ascend_pd, assert_prompt_kv_came_from_prefill, http_json, http_text, metric
-from .test_pd_on_cpu import GQA, colocated_answers  # its colocated reference, computed once per session
+from . import test_pd_on_cpu as pd_on_cpu  # its colocated reference, computed once per session
 from .workload import LONG, SHARED_PREFIX, completion_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -35,6 +35,7 @@ NODES = ["host-00", "host-01", "host-02"]  # P, D, the proxy
 # The cluster file numbers its nodes from an address no host here holds: an address taken from it is unreachable.
 FILE_HOST_IP_START = "198.51.100.1"
 SUBNET = "10.214.41"  # the hosts' own addresses: SUBNET.10, .11, .12; the bridge (this test) SUBNET.1
+GQA = pd_on_cpu.GQA
 PROMPTS = {"long": LONG, "shared-0": SHARED_PREFIX[0], "shared-1": SHARED_PREFIX[1]}  # keys of the reference
 ENGINES_READY_S = 600.0
 PROXY_READY_S = 60.0  # after the engines answer: a few health-check rounds
@@ -163,11 +164,17 @@ def cluster_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_models) -> dict:
-    """test_pd_on_cpu's colocated answers of the GQA model: started only if no test of this session started it."""
+def reference(tiny_models, request) -> dict:
+    """test_pd_on_cpu's colocated answers of the GQA model (eager or not, the same tokens): its engine is started
+    only if no test of this session started it."""
+    if GQA in pd_on_cpu._reference:
+        say(request.config, "across-hosts: the colocated reference answers of test_pd_on_cpu reused")
+        return pd_on_cpu._reference[GQA]
     started = time.monotonic()
-    answers = colocated_answers(tiny_models, GQA)
-    return {"answers": answers, "seconds": time.monotonic() - started}
+    answers = pd_on_cpu.colocated_answers(tiny_models, GQA)
+    say(request.config, f"across-hosts: colocated reference engine started and answered in "
+                        f"{time.monotonic() - started:.1f} s")
+    return answers
 
 
 @pytest.fixture(scope="module", params=["pull", "push"])
@@ -177,9 +184,8 @@ def stack(request, hosts, cluster_file, tiny_models, reference):
     started = time.monotonic()
     with HostsStack(deployment(tiny_models, cluster_file, mode), logs / "run", logs, hosts) as running:
         running.mode = mode
-        running.reference = reference["answers"]
-        say(request.config, f"across-hosts {mode}: reference answers in {reference['seconds']:.1f} s (0 when "
-                            f"reused); stack rendered, launched on 3 hosts, engines ready in "
+        running.reference = reference
+        say(request.config, f"across-hosts {mode}: stack rendered, launched on 3 hosts, engines ready in "
                             f"{time.monotonic() - started:.1f} s")
         yield running
 

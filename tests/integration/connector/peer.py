@@ -17,8 +17,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 
 from ascend_pd.connector.config import parse_config
-from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend, RemotePeer
+from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend
 from ascend_pd.connector.worker import worker_side_class
+from ascend_pd.deploy.handoff import KVAddress
 from kv_data import global_planes, layer_name, shard
 
 
@@ -132,8 +133,8 @@ def prefill(spec: dict, worker, caches) -> dict:
 def decode(spec: dict, worker, caches) -> dict:
     request = spec["request"]
     time.sleep(spec.get("decode_start_delay_s", 0))
-    peer = RemotePeer(spec["p_engine_id"], "127.0.0.1", spec["p_kv_port"], spec["p_tp"],
-                      rank_hosts=tuple(spec.get("p_rank_hosts", ())))
+    peer = KVAddress(engine_id=spec["p_engine_id"], host="127.0.0.1", port=spec["p_kv_port"], tp_size=spec["p_tp"],
+                     rank_hosts=tuple(spec.get("p_rank_hosts", ())))
     if spec["mode"] == "pull":
         # P's prompt is computed when D takes the request up, as when the proxy hands D P's answer at once
         step = AscendPDMetadata(pull_recv=[PullRecv(request["id"], request["id"], peer, request["dst_blocks"],

@@ -44,7 +44,8 @@ def build_worker(tmp_path, role: str, kv_port: int):
 
 
 def test_workers_built_by_vllm_pull_a_request_between_two_engines(tmp_path, distributed, monkeypatch):
-    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, RemotePeer
+    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv
+    from ascend_pd.deploy.handoff import KVAddress
 
     monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
     base = free_port()
@@ -57,7 +58,7 @@ def test_workers_built_by_vllm_pull_a_request_between_two_engines(tmp_path, dist
         decode.register_kv_caches({"model.layers.0.self_attn.attn": target})
         prefill.bind_connector_metadata(AscendPDMetadata(held={"p-req": 30.0}))
         prefill.start_load_kv(None)
-        peer = RemotePeer("kv_producer", "127.0.0.1", base, 1)
+        peer = KVAddress(engine_id="kv_producer", host="127.0.0.1", port=base)
         decode.bind_connector_metadata(AscendPDMetadata(pull_recv=[PullRecv("d-req", "p-req", peer, [0, 1, 5],
                                                                              [4, 5, 6])]))
         decode.start_load_kv(None)
@@ -92,8 +93,9 @@ def test_a_failed_read_is_a_load_error_and_only_a_bug_in_the_connector_logs_a_tr
     """A transfer fault (here the Transfer Engine giving up on P) is one log line; an error no transfer can cause
     (a KeyError inside the read) is logged with its traceback. Either way the request's blocks are load errors and
     the engine goes on."""
-    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, RemotePeer
+    from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv
     from ascend_pd.connector.transport import TransferFailed
+    from ascend_pd.deploy.handoff import KVAddress
 
     monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
     decode = build_worker(tmp_path, "kv_consumer", free_port())
@@ -108,7 +110,7 @@ def test_a_failed_read_is_a_load_error_and_only_a_bug_in_the_connector_logs_a_tr
             return {}["no such plane"]
 
         monkeypatch.setattr(decode.worker_side, "_read", read)
-        peer = RemotePeer("kv_producer", "127.0.0.1", 1, 1)
+        peer = KVAddress(engine_id="kv_producer", host="127.0.0.1", port=1)
         decode.bind_connector_metadata(AscendPDMetadata(pull_recv=[PullRecv("d-req", "p-req", peer, [0, 1, 5],
                                                                              [4, 5, 6])]))
         decode.start_load_kv(None)

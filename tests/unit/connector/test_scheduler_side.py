@@ -205,6 +205,26 @@ def test_pull_prefill_with_ranks_on_two_nodes_hands_decode_each_ranks_host(model
                                                            ("10.0.0.2", recv.peer.port + 1)]
 
 
+@pytest.mark.parametrize("mode,extra", [("pull", {"remote_request_id": "p-req", "remote_block_ids": [10, 11, 12]}),
+                                        ("push", {"transfer_id": "t-1"})])
+def test_what_decode_schedules_reaches_its_workers_through_pickle_unchanged(model_dir, mode, extra):
+    """vLLM's executor pickles the scheduler output, connector metadata and the KVAddress structs in it included,
+    to every worker process."""
+    import pickle
+
+    sched = scheduler(vllm_config(model_dir, role="kv_consumer", mode=mode, prefill_tp=2))
+    params = {"do_remote_prefill": True, "remote_engine_id": "prefill-0", "remote_host": "10.0.0.1",
+              "remote_port": 36002, "remote_tp_size": 2, "remote_dp_rank": 1,
+              "remote_rank_hosts": ["10.0.0.1", "10.0.0.2"], **extra}
+    sched.add_request(request("d-req", PROMPT, params))
+    metadata = sched.schedule().kv_connector_metadata
+    received = pickle.loads(pickle.dumps(metadata, protocol=pickle.HIGHEST_PROTOCOL))
+    assert received == metadata
+    (recv,) = received.pull_recv if mode == "pull" else received.push_recv
+    assert (recv.peer.dp_rank, [recv.peer.address(rank) for rank in (0, 1)]) == (
+        1, [("10.0.0.1", 36002), ("10.0.0.2", 36003)])
+
+
 def test_a_prefill_of_another_tp_than_decode_maps_heads_from_is_recomputed_not_misread(model_dir):
     """APD415 keeps one prefill TP per deployment; a request from another one (a hand-made proxy, a half-done
     resize) must not be read with the wrong head mapping."""

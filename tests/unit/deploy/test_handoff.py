@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from ascend_pd.connector.config import parse_config
-from ascend_pd.connector.scheduler import SchedulerSide, peer_of
+from ascend_pd.connector.scheduler import SchedulerSide
 from ascend_pd.deploy import handoff
 from ascend_pd.deploy.handoff import HandoffError, KVAddress, PullToDecode, PushToDecode
 from ascend_pd.proxy.backend_table import BackendTable, TableEntry, decode_table, encode_table
@@ -55,7 +55,13 @@ def test_what_the_proxy_sends_decode_in_push_reaches_the_prefill_rank_it_names()
     received = decode_side().received(pushed(), PushToDecode)
     assert received is not None and received.transfer_id == "t-1"
     assert received.prefill == P_RANK_1
-    assert [peer_of(received).address(rank) for rank in (0, 1)] == [("10.0.0.1", 36002), ("10.0.0.2", 36003)]
+    assert [received.prefill.address(rank) for rank in (0, 1)] == [("10.0.0.1", 36002), ("10.0.0.2", 36003)]
+
+
+def test_every_tp_rank_of_a_prefill_on_one_node_listens_on_its_host_and_logs_name_it():
+    address = KVAddress(engine_id="prefill-0", host="10.0.0.1", port=36002, tp_size=2, dp_rank=1)
+    assert [address.address(rank) for rank in (0, 1)] == [("10.0.0.1", 36002), ("10.0.0.1", 36003)]
+    assert address.describe() == P_RANK_1.describe() == "prefill-0 (10.0.0.1:36002)"
 
 
 def test_what_prefill_returns_in_pull_is_what_decode_reads_the_blocks_from():
