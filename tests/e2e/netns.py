@@ -16,7 +16,7 @@ def _run(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
-def require_namespaces() -> None:
+def require_namespaces(cases: str = "the unreachable-peer cases") -> None:
     """Namespaces need root, iproute2 and iptables (make test installs them); CI must have them, a developer's
     box without them skips these cases and says why."""
     missing = [tool for tool in ("ip", "iptables") if shutil.which(tool) is None]
@@ -25,7 +25,7 @@ def require_namespaces() -> None:
     if reason is None:
         return
     if in_ci():
-        pytest.fail(f"the unreachable-peer cases {reason}")
+        pytest.fail(f"{cases} {reason}")
     pytest.skip(reason)
 
 
@@ -91,7 +91,7 @@ class BridgedHosts:
         self._forward_rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
 
     def __enter__(self) -> "BridgedHosts":
-        require_namespaces()
+        require_namespaces("the across-hosts cases")
         self.close()  # left over from a run that was killed
         try:
             _run("ip", "link", "add", self.bridge, "type", "bridge")
