@@ -31,7 +31,7 @@ class SchedulerSide:
         self._next = AscendPDMetadata()
         # Requests whose blocks vLLM keeps because request_finished said so, until finished_sending names them.
         self._held: set[str] = set()
-        self._held_reported = 0  # prom.py creates the gauge at 0
+        self._held_reported = 0  # stats_prometheus.py creates the gauge at 0
 
     @property
     def address(self) -> handoff.KVAddress:

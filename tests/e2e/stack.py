@@ -140,6 +140,20 @@ def assert_prompt_kv_came_from_prefill(decode_url: str) -> None:
     assert external >= 0.8 * (prompt_tokens - local), (external, local, prompt_tokens)
 
 
+def render_as_an_operator(deployment: dict, workdir: Path, logs: Path, render_dir: Path, *flags: str) -> dict:
+    """Write the deployment, validate it and render its bash bundle into `render_dir` with `flags`; the environment
+    its launch scripts run in (logs under `logs`, this venv's commands first on PATH)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    path = workdir / "deployment.yaml"
+    path.write_text(yaml.safe_dump(deployment, sort_keys=False))
+    ascend_pd("validate", str(path))
+    if render_dir.exists():
+        shutil.rmtree(render_dir)
+    ascend_pd("render", str(path), "--out", str(render_dir), "--target", "bash", *flags)
+    return dict(os.environ, LOG_DIR=str(logs), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+
 class Stack:
     """One deployment of the local-cpu cluster, running from its rendered launch scripts."""
 
@@ -159,15 +173,7 @@ class Stack:
         return [e.url for e in endpoints_from_deployment(loaded) if e.role == role]
 
     def start(self) -> "Stack":
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        path = self.workdir / "deployment.yaml"
-        path.write_text(yaml.safe_dump(self.deployment, sort_keys=False))
-        ascend_pd("validate", str(path))
-        if self.render_dir.exists():
-            shutil.rmtree(self.render_dir)
-        ascend_pd("render", str(path), "--out", str(self.render_dir), "--target", "bash")
-        env = dict(os.environ, LOG_DIR=str(self.logs), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        env = render_as_an_operator(self.deployment, self.workdir, self.logs, self.render_dir)
         for script in sorted(self.render_dir.glob("launch-*.sh")):
             subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, text=True)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -10,9 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +23,8 @@ from tests.ports import free_port_range
 
 from .conftest import BASE, case_logs
 from .netns import BridgedHosts
-from .stack import Stack, ascend_pd, assert_prompt_kv_came_from_prefill, http_json, http_text, metric
+from .stack import (Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric,
+                    render_as_an_operator)
 from . import test_pd_on_cpu as pd_on_cpu  # its colocated reference, computed once per session
 from .workload import LONG, SHARED_PREFIX, completion_body
 
@@ -104,16 +103,8 @@ class HostsStack(Stack):
                 for inst in self.deployment["instances"] if inst["role"] == role]
 
     def start(self) -> "HostsStack":
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        path = self.workdir / "deployment.yaml"
-        path.write_text(yaml.safe_dump(self.deployment, sort_keys=False))
-        ascend_pd("validate", str(path))
-        if self.render_dir.exists():
-            shutil.rmtree(self.render_dir)
         node_ips = [arg for node, ip in self.address.items() for arg in ("--node-ip", f"{node}={ip}")]
-        ascend_pd("render", str(path), "--out", str(self.render_dir), "--target", "bash", *node_ips)
-        env = dict(os.environ, LOG_DIR=str(self.logs), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        env = render_as_an_operator(self.deployment, self.workdir, self.logs, self.render_dir, *node_ips)
         scripts = [(self.namespace[node], self.render_dir / f"launch-{node}.sh") for node in NODES]
         scripts.append((self.namespace[self.deployment["proxy"]["node"]], self.render_dir / "launch-proxy.sh"))
         for namespace, script in scripts:

@@ -3,7 +3,6 @@
 import pytest
 
 from ascend_pd.errors import InputError
-from ascend_pd.hardware import load_cluster
 from ascend_pd.render import rank_table
 
 from .conftest import loaded_from
