@@ -15,11 +15,9 @@ def unknown_node(ctx: Context) -> Iterator[Diagnostic]:
     for i, inst in enumerate(ctx.deployment.instances):
         for j, placement in enumerate(inst.devices):
             if not ctx.cluster.has_node(placement.node):
-                known = ", ".join(n.name for n in ctx.cluster.nodes[:4])
                 yield ctx.diag("APD101", "error", ("instances", i, "devices", j, "node"),
                                f"instance '{inst.name}' uses node '{placement.node}', which cluster "
-                               f"'{ctx.cluster.name}' does not have",
-                               f"use a node of the cluster (`ascend-pd show cluster {ctx.cluster.name}`), e.g. {known}")
+                               f"'{ctx.cluster.name}' does not have", ctx.cluster.node_fix())
 
 
 def proxy_replica_locs(ctx: Context) -> list[tuple[str, Loc]]:
@@ -34,7 +32,7 @@ def unknown_proxy_node(ctx: Context) -> Iterator[Diagnostic]:
     for node, loc in proxy_replica_locs(ctx):
         if not ctx.cluster.has_node(node):
             yield ctx.diag("APD102", "error", loc, f"proxy node '{node}' is not in cluster '{ctx.cluster.name}'",
-                           f"use a node of the cluster, e.g. {ctx.cluster.nodes[0].name}")
+                           ctx.cluster.node_fix())
 
 
 @rule("APD103", "a device id does not exist on its node")
