@@ -8,6 +8,7 @@ import signal
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -121,10 +122,10 @@ class Autoscaler:
             return self._decided("unobservable", counts, None, error=exc.render())
         self._corrections[kind] = proposal.correction
         if proposal.change and not within(counts_of(proposal.deployment), self.settings.bounds):
-            self._bound(loaded, proposal)
+            proposal = self._bound(loaded, proposal)
         if observed.partial and proposal.urgent:  # a worker or replica watched less than the window: not a verdict
-            proposal.urgent = False
-            proposal.reasons.append("a proxy worker or replica restarted within the window: not urgent")
+            proposal = replace(proposal, urgent=False, reasons=[
+                *proposal.reasons, "a proxy worker or replica restarted within the window: not urgent"])
         if not proposal.change:
             self._pending = None
             return self._decided("hold", counts, proposal)
@@ -148,15 +149,15 @@ class Autoscaler:
             return read_observed_document(self.saved_window, "--proxy")
         return self.plane.workload()
 
-    def _bound(self, loaded, proposal: Proposal) -> None:
-        """Hold the proposal's target within the bounds (the bounded one may be no change at all)."""
+    def _bound(self, loaded, proposal: Proposal) -> Proposal:
+        """The proposal with its target held within the bounds (the bounded one may be no change at all)."""
         counts = clamp(counts_of(proposal.deployment), self.settings.bounds)
         moved = resize_to(loaded.deployment, loaded.cluster(), counts, proposal.deployment)
-        proposal.reasons.append(f"held within the bounds: {_label(counts)}")
+        reasons = [*proposal.reasons, f"held within the bounds: {_label(counts)}"]
         if moved is None:
-            proposal.change, proposal.steps, proposal.deployment = False, [], None
-        else:
-            proposal.deployment, proposal.steps = moved
+            return replace(proposal, change=False, steps=[], deployment=None, reasons=reasons)
+        deployment, steps = moved
+        return replace(proposal, deployment=deployment, steps=steps, reasons=reasons)
 
     def _idle_tick(self, loaded, counts: Counter) -> str:
         """No request arrived in a whole window: after `agree` such windows, shrink to the bounds' minimum."""
