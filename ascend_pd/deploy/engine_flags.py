@@ -37,6 +37,30 @@ KEEPS_PREFIX_CACHING = ("prefix caching stays on, unlike vllm-ascend's PD guide 
 class EngineFlags:
     argv: list[str]
     notes: list[str]  # why a flag departs from vllm-ascend's guide, for a comment beside the command
+    extra_args: list[str]  # the instance's vllm.extra_args, as the engine gets them
+
+
+def _draft_on_reference_mla(extra_args: list[str]) -> list[str]:
+    """`extra_args` with the draft's attention backend named CPU_MLA too: vLLM 0.32 picks the draft's backend anew
+    unless its speculative config names one (spec_decode/llm_base_proposer.py _create_draft_vllm_config), so on an
+    AMX host an MTP draft layer took AMX_MLA beside a CPU_MLA target, and refused its float32 weights."""
+    text = flag_value(extra_args, "--speculative-config")
+    try:
+        config = json.loads(text) if text else None
+    except ValueError:
+        return extra_args
+    if not isinstance(config, dict) or "attention_backend" in config:
+        return extra_args
+    named = json.dumps({**config, "attention_backend": CPU_MLA_REFERENCE[1]}, separators=(",", ":"))
+    out = []
+    for i, token in enumerate(extra_args):
+        if token.startswith("--speculative-config=") or token.startswith("--speculative_config="):
+            out.append(f"{token.split('=', 1)[0]}={named}")
+        elif i > 0 and extra_args[i - 1] in ("--speculative-config", "--speculative_config") and token == text:
+            out.append(named)
+        else:
+            out.append(token)
+    return out
 
 
 def engine_flags(platform: Platform, implementation: str, instance: Instance, mla: bool = False) -> EngineFlags:
@@ -59,9 +83,11 @@ def engine_flags(platform: Platform, implementation: str, instance: Instance, ml
         compilation = CPU_MLA_ROTARY
     if compilation is not None:
         argv += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
+    extra_args = list(args.extra_args)
     if (platform == "cpu" and mla and args.dtype in NOT_AMX_MLA_DTYPES
             and not names_flag(args.extra_args, CPU_MLA_REFERENCE[0])):
         argv += list(CPU_MLA_REFERENCE)
+        extra_args = _draft_on_reference_mla(extra_args)
     caching = args.enable_prefix_caching
     if caching is None and pd_on_ascend and not names_flag(args.extra_args, *PREFIX_CACHING_FLAGS):
         if implementation == "vllm-ascend":
@@ -70,7 +96,7 @@ def engine_flags(platform: Platform, implementation: str, instance: Instance, ml
             notes.append(KEEPS_PREFIX_CACHING)
     if caching is not None:
         argv.append(PREFIX_CACHING_FLAGS[0] if caching else PREFIX_CACHING_FLAGS[1])
-    return EngineFlags(argv=argv, notes=notes)
+    return EngineFlags(argv=argv, notes=notes, extra_args=extra_args)
 
 
 # vllm-ascend's platform (platform.py check_and_update_config, v0.13.0rc1 to v0.25.1rc1) turns vLLM's default

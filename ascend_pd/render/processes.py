@@ -15,7 +15,7 @@ from ascend_pd.deploy.rules.base import Context
 from ascend_pd.deploy.rules.ports import port_claims
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
-from ascend_pd.deploy.engine_flags import engine_flags
+from ascend_pd.deploy.engine_flags import EngineFlags, engine_flags
 from ascend_pd.render.environment import CpuCores, node_environment, process_environment
 from ascend_pd.render.kv_config import kv_transfer_config
 from ascend_pd.hardware.platform import Platform, nodes_platform
@@ -124,7 +124,7 @@ class LaunchPlan:
 
 
 def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, port: int,
-               dp_args: list[str], kv_config: dict[str, Any] | None, moe: bool, engine_args: list[str]) -> list[str]:
+               dp_args: list[str], kv_config: dict[str, Any] | None, moe: bool, flags: EngineFlags) -> list[str]:
     args = instance.vllm
     parallel = instance.parallel
     head = [*CPU_SERVER, deployment.model.path] if platform == "cpu" else ["vllm", "serve", deployment.model.path]
@@ -138,7 +138,7 @@ def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, p
     argv += ["--max-model-len", str(args.max_model_len), "--max-num-batched-tokens", str(args.max_num_batched_tokens),
              "--max-num-seqs", str(args.max_num_seqs), "--gpu-memory-utilization", str(args.gpu_memory_utilization),
              "--block-size", str(args.block_size), "--trust-remote-code"]
-    argv += engine_args
+    argv += flags.argv
     if args.dtype != "auto":
         argv += ["--dtype", args.dtype]
     if platform != "cpu" and deployment.model.quantization != "bf16":
@@ -148,7 +148,7 @@ def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, p
     if platform != "cpu":
         argv += ["--additional-config", json.dumps(_additional_config(instance, moe),
                                                    separators=(",", ":"))]
-    return argv + list(args.extra_args)
+    return argv + flags.extra_args
 
 
 def _additional_config(instance: Instance, moe: bool) -> dict[str, Any]:
@@ -236,7 +236,7 @@ def _instance_processes(loaded: LoadedDeployment, facts: _Facts, ranks: list[Eng
                                        moe=facts.moe, rank_hosts=list(rank.worker_hosts))
         spread_args = _spread_rank_args(loaded, facts, rank) if len(rank.placements) > 1 else []
         argv = _vllm_argv(platform, deployment, instance, rank.http_port, [*dp_args, *spread_args], kv_config,
-                          moe=external_dp, engine_args=flags.argv)
+                          moe=external_dp, flags=flags)
         first_worker = 0
         for node_rank, placement in enumerate(rank.placements):
             words = [str(rank.dp_rank) if a == "RANK" else str(node_rank) if a == "NODE_RANK" else a for a in argv]

@@ -63,6 +63,26 @@ def test_cpu_mla_engines_in_a_dtype_amx_mla_cannot_run_name_the_reference_backen
         assert named == backend, process.name
 
 
+@pytest.mark.parametrize("dtype, backend", [("float32", "CPU_MLA"), ("bfloat16", None)])
+@pytest.mark.parametrize("spelling", ["separate", "joined"])
+def test_the_mtp_draft_of_a_cpu_mla_engine_names_the_same_reference_backend(cpu_example, dtype, backend, spelling):
+    """vLLM picks a draft's attention backend anew unless its speculative config names one, so on an AMX host the
+    draft took AMX_MLA beside a CPU_MLA target and refused its float32 weights: the draft names CPU_MLA too."""
+    cpu_example["model"].update(name="tiny-deepseek-mtp", path="models/tiny-deepseek-mtp")
+    draft = json.dumps({"method": "deepseek_mtp", "num_speculative_tokens": 1})
+    for instance in cpu_example["instances"]:
+        instance["vllm"]["dtype"] = dtype
+        instance["vllm"]["extra_args"] = (["--speculative-config", draft] if spelling == "separate"
+                                          else [f"--speculative-config={draft}"])
+    for process in plan_of(cpu_example).processes():
+        argv = list(process.argv)
+        text = (flag(argv, "--speculative-config") if spelling == "separate"
+                else next(a for a in argv if a.startswith("--speculative-config=")).split("=", 1)[1])
+        config = json.loads(text)
+        assert config.get("attention_backend") == backend, process.name
+        assert (config["method"], config["num_speculative_tokens"]) == ("deepseek_mtp", 1)
+
+
 def test_a_gqa_cpu_engine_and_an_ascend_mla_engine_name_no_attention_backend(cpu_example, a3_example):
     for process in [*plan_of(cpu_example).processes(), *plan_of(a3_example).processes()]:
         assert "--attention-backend" not in process.argv, process.name
