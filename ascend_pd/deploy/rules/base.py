@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from ascend_pd.deploy.diagnostics import Diagnostic, Severity
 from ascend_pd.deploy.io import LoadedDeployment
+from ascend_pd.deploy.layout import EngineRank, instance_ranks, places_on
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster
@@ -48,9 +49,20 @@ class Context:
             model = None
         return cls(loaded.deployment, cluster, model, loaded.lines, loaded.source)
 
+    def placed_ranks(self) -> list[EngineRank]:
+        """The rank layout of every instance whose nodes the cluster has (APD101 reports the others), computed once
+        for the rules that read it."""
+        return self.derived("placed_ranks", _placed_ranks)
+
     def diag(self, code: str, severity: Severity, loc: Loc, message: str, hint: str) -> Diagnostic:
         return Diagnostic(code=code, severity=severity, path=dotted(loc) or "<top>", message=message, hint=hint,
                           line=nearest_line(self.lines, loc))
+
+
+def _placed_ranks(ctx: Context) -> list[EngineRank]:
+    moe = bool(ctx.model and ctx.model.is_moe)
+    return [rank for i, inst in enumerate(ctx.deployment.instances) if places_on(inst, ctx.cluster)
+            for rank in instance_ranks(inst, i, ctx.cluster, moe)]
 
 
 RuleFn = Callable[[Context], Iterator[Diagnostic]]

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
-from ascend_pd.deploy.layout import instance_ranks, places_on
 from ascend_pd.deploy.rules.base import Context, rule
 from ascend_pd.deploy.rules.placement import proxy_replica_locs
 from ascend_pd.yamlfile import Loc
@@ -32,16 +31,12 @@ def port_claims(ctx: Context) -> list[PortClaim]:
 
 
 def _collect_port_claims(ctx: Context) -> list[PortClaim]:
-    moe = bool(ctx.model and ctx.model.is_moe)
     claims: list[PortClaim] = []
-    for i, inst in enumerate(ctx.deployment.instances):
-        if not places_on(inst, ctx.cluster):
-            continue
-        for rank in instance_ranks(inst, i, ctx.cluster, moe):
-            claims.append(PortClaim(rank.host, rank.http_port, "http", f"instance '{inst.name}' DP rank {rank.dp_rank}",
-                                    ("instances", i, "http_port")))
-            claims += [PortClaim(host, port, "kv", f"instance '{inst.name}' DP rank {rank.dp_rank} worker {worker}",
-                                 ("instances", i, "kv_port")) for worker, host, port in rank.worker_ports()]
+    for rank in ctx.placed_ranks():
+        owner, i = f"instance '{rank.instance.name}' DP rank {rank.dp_rank}", rank.index
+        claims.append(PortClaim(rank.host, rank.http_port, "http", owner, ("instances", i, "http_port")))
+        claims += [PortClaim(host, port, "kv", f"{owner} worker {worker}", ("instances", i, "kv_port"))
+                   for worker, host, port in rank.worker_ports()]
     return claims + _proxy_claims(ctx, {n.name: n.host_ip for n in ctx.cluster.nodes})
 
 

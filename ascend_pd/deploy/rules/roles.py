@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
-from ascend_pd.deploy.layout import instance_ranks, places_on
 from ascend_pd.deploy.rules.base import Context, rule
 
 
@@ -36,19 +35,20 @@ def unique_names(ctx: Context) -> Iterator[Diagnostic]:
 @rule("APD303", "two engines share an engine_id (vLLM adds _dp<rank> to each DP rank's id)")
 def unique_engine_ids(ctx: Context) -> Iterator[Diagnostic]:
     seen: dict[str, str] = {}
-    moe = bool(ctx.model and ctx.model.is_moe)
-    for i, inst in enumerate(ctx.deployment.instances):
-        if not places_on(inst, ctx.cluster):  # APD101 reports it
+    reported: set[int] = set()  # instances already named once
+    # the ranks each placed instance places (APD101 reports unknown nodes, APD105 a dp its devices do not hold)
+    for rank in ctx.placed_ranks():
+        name, engine_id = rank.instance.name, rank.reported_engine_id
+        if rank.index in reported:
             continue
-        # the ranks the instance places (APD105 reports a dp its devices do not hold)
-        for engine_id in (rank.reported_engine_id for rank in instance_ranks(inst, i, ctx.cluster, moe)):
-            if engine_id in seen and seen[engine_id] != inst.name:
-                yield ctx.diag("APD303", "error", ("instances", i, "engine_id"),
-                               f"engine id '{engine_id}' of instance '{inst.name}' is also used by instance "
-                               f"'{seen[engine_id]}'; the connector asserts 'Conflict engine id'",
-                               "give each instance its own engine_id")
-                break
-            seen[engine_id] = inst.name
+        if engine_id in seen and seen[engine_id] != name:
+            reported.add(rank.index)
+            yield ctx.diag("APD303", "error", ("instances", rank.index, "engine_id"),
+                           f"engine id '{engine_id}' of instance '{name}' is also used by instance "
+                           f"'{seen[engine_id]}'; the connector asserts 'Conflict engine id'",
+                           "give each instance its own engine_id")
+            continue
+        seen[engine_id] = name
 
 
 @rule("APD304", "a prefill instance has no decode instance in its own SuperPoD")
