@@ -1,0 +1,61 @@
+"""The deployment's secrets: where a bundle keeps them, how a process finds them, and how they are read.
+
+Two secrets, each its own file so that a process holds only what it needs:
+- the KV secret, shared by every engine's connector (side channel) and the proxy (layerwise metaserver), which
+  authenticates peers to each other;
+- the admin token, shared by the proxy's admin API and the autoscaler that drives it.
+Render generates both once and keeps them on re-render (a running engine and a new one must agree). A process finds a
+secret through an environment variable naming the file; the secret itself never travels on a command line.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from ascend_pd.errors import InputError
+
+SECRETS_DIR = "secrets"
+KV_SECRET = f"{SECRETS_DIR}/kv.key"  # relative to the bundle
+ADMIN_TOKEN = f"{SECRETS_DIR}/admin.token"
+
+KV_SECRET_ENV = "ASCEND_PD_KV_SECRET_FILE"
+ADMIN_TOKEN_ENV = "ASCEND_PD_PROXY_ADMIN_TOKEN"  # the token itself, for a shell or a k8s secretKeyRef
+ADMIN_TOKEN_FILE_ENV = "ASCEND_PD_PROXY_ADMIN_TOKEN_FILE"
+
+K8S_SECRET_MOUNT = "/etc/ascend-pd/secrets"  # where rendered pods mount the deployment's Secret
+K8S_SECRET_MODE = 0o400
+
+MIN_SECRET_CHARS = 32  # 128 bits in hex
+
+
+def new_secret() -> str:
+    """A fresh secret: 256 random bits from the OS, as hex (safe in a file, an env var and a k8s Secret)."""
+    return secrets.token_hex(32)
+
+
+def read_secret(path: str | Path, *, field: str, fix: str) -> str:
+    """The secret in `path`, refused with a clear error if it is missing, too short or readable by others."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise InputError(f"cannot read the secret file: {error.strerror}", file=str(path), field=field,
+                         fix=fix) from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InputError(f"the secret file is open to other users (mode {stat.S_IMODE(mode):o})", file=str(path),
+                         field=field, fix=f"chmod 600 {path}")
+    if len(text) < MIN_SECRET_CHARS:
+        raise InputError(f"the secret is {len(text)} characters; at least {MIN_SECRET_CHARS} are needed",
+                         file=str(path), field=field, fix=f"write a longer one, e.g. "
+                                                          f"python -c 'import secrets; print(secrets.token_hex(32))'")
+    return text
+
+
+def secret_from_env(variable: str, *, field: str, fix: str) -> str | None:
+    """The secret in the file that environment variable `variable` names; None when the variable is unset."""
+    path = os.environ.get(variable)
+    return read_secret(path, field=field, fix=fix) if path else None
