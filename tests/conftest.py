@@ -3,8 +3,11 @@ tokenizers) fails the run instead of quietly shrinking it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from ascend_pd.deploy.secrets import KV_SECRET_ENV, new_secret
 from tests import cpu_features
 from tests.ci import in_ci
 
@@ -28,6 +31,23 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _fail_skip(outcome.get_result())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kv_secret(tmp_path_factory):
+    """The deployment's KV secret, as render writes it and the launch scripts export it, for the whole session:
+    every connector (in this process or an engine it starts, which inherits the variable) refuses to start
+    without it."""
+    path = tmp_path_factory.mktemp("secrets") / "kv.key"
+    path.touch(mode=0o600)
+    path.write_text(new_secret())
+    previous = os.environ.get(KV_SECRET_ENV)
+    os.environ[KV_SECRET_ENV] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop(KV_SECRET_ENV, None)
+    else:
+        os.environ[KV_SECRET_ENV] = previous
 
 
 def _ran_on() -> str:

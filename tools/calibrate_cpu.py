@@ -119,9 +119,9 @@ def measure(args, out: Path, models: Path) -> Path:
                           logs / f"probe-c{c}.log")
             prompts = args.num_prompts.get(c) or max(2 * c, round(args.target_seconds * probe_n / probe["duration"]))
             print(f"  probe: {probe_n} prompts in {probe['duration']:.1f} s -> {prompts} prompts", flush=True)
-            before = proxy_times(e2e, stack.proxy_url)
+            before = proxy_times(e2e, stack.proxy_url, stack.admin_token)
             result = bench(args, stack.proxy_url, models, c, prompts, seed, out, f"c{c}.json", logs / f"bench-c{c}.log")
-            after = proxy_times(e2e, stack.proxy_url)
+            after = proxy_times(e2e, stack.proxy_url, stack.admin_token)
             (calls, p_call), (_, first) = ((a[0] - b[0], (a[1] - b[1]) / max(1, a[0] - b[0]) * 1e3)
                                            for a, b in zip(after, before))
             print(f"  c{c}: {prompts} prompts in {result['duration']:.1f} s, mean TTFT {result['mean_ttft_ms']:.1f} ms,"
@@ -131,9 +131,10 @@ def measure(args, out: Path, models: Path) -> Path:
     return out / "deployment.yaml"
 
 
-def proxy_times(e2e, url: str) -> list[tuple[float, float]]:
-    """(count, sum) of the proxy's P-call and first-token histograms (ascend_pd/proxy/metrics.py)."""
-    text = e2e.http_text(f"{url}/metrics")
+def proxy_times(e2e, url: str, token: str) -> list[tuple[float, float]]:
+    """(count, sum) of the proxy's P-call and first-token histograms (ascend_pd/proxy/metrics.py), read with the
+    bundle's admin token."""
+    text = e2e.http_text(f"{url}/metrics", token=token)
     return [(e2e.metric(text, f"{name}_count"), e2e.metric(text, f"{name}_sum"))
             for name in ("ascend_pd_proxy_prefill_seconds", "ascend_pd_proxy_first_token_seconds")]
 

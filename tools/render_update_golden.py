@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ascend_pd.deploy import load_deployment
 from ascend_pd.hardware import configs_dir
-from ascend_pd.render import render_bundle, write_bundle
+from ascend_pd.render import render_bundle
 
 GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "golden"
 
@@ -22,7 +22,10 @@ def main() -> int:
             return 1
         target = GOLDEN / example.stem
         shutil.rmtree(target, ignore_errors=True)
-        write_bundle(result.files, target)
+        # the rendered text only: write_bundle would add the bundle's secrets, which no repository may hold
+        for relative, text in result.files.items():
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            (target / relative).write_text(text, encoding="utf-8")
         print(f"{example.stem}: {len(result.files)} files")
     return 0
 

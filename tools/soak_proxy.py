@@ -189,7 +189,7 @@ async def soak(args: argparse.Namespace) -> int:
         environ[TRACEMALLOC_ENV] = args.tracemalloc
     proxy = subprocess.Popen([sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--deployment", str(deployment),
                               "--host", "127.0.0.1", "--log-level", "error", "--health-interval", "0.5",
-                              "--read-timeout", "10", "--total-timeout", "30",
+                              "--read-timeout", "10", "--total-timeout", "30", "--public-detail",
                               "--event-loop", args.proxy_event_loop, "--workers", str(args.workers)],
                              stderr=subprocess.DEVNULL, env=environ)
     url = f"http://127.0.0.1:{port}"

@@ -6,10 +6,11 @@ merged. A rollout calls it as it would one proxy (add, drain, remove, backends, 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import msgspec
 
-from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, http_json, wait_until_idle
+from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, TableConflict, http_json, wait_until_idle
 from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.proxy.backend_table import BackendTable, TableEntry, draining, table_of, with_entry, without
@@ -17,6 +18,7 @@ from ascend_pd.proxy.endpoints import Endpoint
 from ascend_pd.proxy.workload_window import WORKLOAD_PARTS, WindowContents, summarise
 
 CONVERGE_SECONDS = 30.0  # a worker takes a pushed table at once, a file within its poll interval (1 s)
+CHANGE_ATTEMPTS = 3  # a change redone this often on a table someone else kept changing: stop, and say so
 
 
 class ControlPlane:
@@ -35,8 +37,9 @@ class ControlPlane:
     # ---- the table ----
     def table(self) -> BackendTable:
         """The newest of the store's, the replicas' and the last published table, read again each time: a replica
-        changed by hand since holds a generation the next change must pass, or no worker would take it."""
-        tables = [t for t in [self._table, self.store.read() if self.store else None, *self._replica_tables()] if t]
+        changed by hand since holds a generation the next change must pass, or no worker would take it. Of equal
+        generations a replica's wins: it may hold a change this process never saw, which the next one builds on."""
+        tables = [t for t in [*self._replica_tables(), self.store.read() if self.store else None, self._table] if t]
         return max(tables, key=lambda t: t.generation) if tables else BackendTable(0, "unknown", [])
 
     def served_table(self, replica: str) -> dict:
@@ -55,16 +58,34 @@ class ControlPlane:
             found.append(msgspec.convert(answer, BackendTable))
         return found
 
-    def publish(self, table: BackendTable) -> None:
-        """Make `table` the one every replica serves: the store first (what a restarted worker reads), then each
-        replica, then wait until every worker of every replica serves it; StepFailed names the ones that do not."""
+    def change(self, edit: Callable[[BackendTable], BackendTable], base: BackendTable | None = None) -> BackendTable:
+        """Publish `edit` of the newest table (`base`, when just read). A replica that took another writer's change
+        since it was read refuses it (409): read again and redo the edit on that, a few times, then StepFailed."""
+        for _ in range(CHANGE_ATTEMPTS):
+            base = base or self.table()
+            table = edit(base)
+            try:
+                self.publish(table, base.generation)
+                return table
+            except TableConflict as exc:
+                conflict, base = exc, None
+        raise StepFailed(f"the backend table changed under {CHANGE_ATTEMPTS} tries of this change (is an operator or "
+                         f"another autoscaler writing it?); the last: {conflict}")
+
+    def publish(self, table: BackendTable, expected: int) -> None:
+        """Make `table`, made from generation `expected`, the one every replica serves: the store first (what a
+        restarted worker reads), then each replica, then wait until every worker of every replica serves it;
+        StepFailed names the ones that do not, TableConflict the replica that serves a change made meanwhile."""
         if self.store is not None:
             self.store.write(table)
         self._table = table
         refused = []
+        body = {**msgspec.to_builtins(table), "expected_generation": expected}
         for replica in self.replicas:
             try:
-                self._call(replica, "PUT", "/admin/table", msgspec.to_builtins(table))
+                self._call(replica, "PUT", "/admin/table", body)
+            except TableConflict:
+                raise
             except StepFailed as exc:  # one that missed the push may still take it from a store it shares
                 refused.append(str(exc))
         if self.replicas and len(refused) == len(self.replicas):
@@ -100,25 +121,24 @@ class ControlPlane:
         table = self.table()
         said = None
         if _key(table.backends) != _key(wanted) or table.revision != revision:
-            table = table.changed(wanted, revision)
+            table = self.change(lambda base: base.changed(wanted, revision), table)
             said = f"backend table generation {table.generation}: the {len(wanted)} endpoints of revision {revision}"
-            self.publish(table)
         elif behind := self.lagging(table.generation):
             said = f"backend table generation {table.generation} pushed again to {sorted(behind)}"
-            self.publish(table)
+            self.publish(table, table.generation - 1)  # taken by those behind; those that serve it already keep it
         return said
 
     # ---- what a rollout calls ----
     def add(self, url: str, role: str, instance: str | None = None, dp_rank: int = 0,
             kv: KVAddress | None = None) -> None:
         entry = TableEntry(url, role, instance, dp_rank, kv)
-        self.publish(with_entry(self.table(), entry))
+        self.change(lambda table: with_entry(table, entry))
 
     def drain(self, url: str) -> None:
-        self.publish(draining(self.table(), url))
+        self.change(lambda table: draining(table, url))
 
     def remove(self, url: str) -> None:
-        self.publish(without(self.table(), url))
+        self.change(lambda table: without(table, url))
 
     def backends(self) -> dict[str, dict]:
         """Every replica's view of each backend, with requests in flight summed over the replicas."""

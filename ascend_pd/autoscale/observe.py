@@ -22,8 +22,9 @@ def fetch_workload(proxy_url: str, token: str | None, timeout: float = TIMEOUT_S
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 404):
             raise InputError(f"{url} answered {exc.code}: the workload endpoint needs the proxy's admin token",
-                             field="--admin-token", fix="start the proxy with --admin-token and pass the same one "
-                                                        "(or ASCEND_PD_PROXY_ADMIN_TOKEN)") from None
+                             field="--admin-token-file",
+                             fix="give the file of the token the proxy was started with (--admin-token-file; a "
+                                 "rendered bundle's is secrets/admin.token)") from None
         raise InputError(f"{url} answered {exc.code}", field="--observed", fix="check the proxy's log") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -20,6 +20,10 @@ class StepFailed(Exception):
     """A rollout step that did not complete; the message says which and why."""
 
 
+class TableConflict(StepFailed):
+    """A proxy answered 409 to a backend table: it serves a change made after the table this one was made from."""
+
+
 class Interrupted(StepFailed):
     """The autoscaler was told to stop (SIGINT, SIGTERM): a rollout in progress ends as at a failed step, then the
     loop stops."""
@@ -36,7 +40,8 @@ def http_json(method: str, url: str, body: dict | None = None, token: str | None
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             payload = answer.read()
     except urllib.error.HTTPError as exc:
-        raise StepFailed(f"{method} {url} answered {exc.code}: {exc.read()[:200].decode(errors='replace')}") from None
+        failure = TableConflict if exc.code == 409 else StepFailed
+        raise failure(f"{method} {url} answered {exc.code}: {exc.read()[:300].decode(errors='replace')}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise StepFailed(f"{method} {url}: {getattr(exc, 'reason', exc)}") from None
     return json.loads(payload) if payload else None

@@ -19,7 +19,7 @@ from typing import Callable, Sequence, TextIO
 from ascend_pd.autoscale.engine_kv import wait_kv_released
 from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed, not_answering, wait_healthy
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, RolloutTimeouts
-from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment
+from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment, write_deployment
 from ascend_pd.deploy.handoff import ABORT_TIMEOUT_S
 from ascend_pd.deploy.schema import Deployment, Instance
 from ascend_pd.planner.resize import Step
@@ -150,9 +150,11 @@ class Rollout:
         # the deployment file is written below, once what runs is known; the backend table's ConfigMap is the control
         # plane's (rendered empty, it would hide the table from `kubectl apply -f k8s/`)
         kept = ("deployment.yaml", "k8s/backends.yaml")
-        write_bundle({k: v for k, v in rendered.files.items() if k not in kept}, self.launcher.bundle)
+        # the bundle's secrets are kept, so the instances it starts agree with the running ones
+        write_bundle({k: v for k, v in rendered.files.items() if k not in kept}, self.launcher.bundle,
+                     rendered.k8s_deployment)
         if deployment_file:
-            self.deployment_file.write_text(dump_deployment(deployment), encoding="utf-8")
+            write_deployment(deployment, self.deployment_file)
         return plan_processes(loaded, self.render.interface)
 
     def _endpoints(self, deployment: Deployment, instance: str) -> list[Endpoint]:

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from ascend_pd.atomic import write_atomic
 from ascend_pd.autoscale.proxy_admin import StepFailed
 from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import LoadedDeployment
@@ -42,7 +43,7 @@ class ConfigMapStore(TableStore):
         super().write(table)
         config_map = backend_table_map(self.deployment_name, encode_table(table).decode())
         self.manifest.parent.mkdir(parents=True, exist_ok=True)
-        self.manifest.write_text(json.dumps(config_map, indent=1) + "\n")
+        write_atomic(self.manifest, json.dumps(config_map, indent=1) + "\n")  # `kubectl apply -f k8s/` reads it
         argv = [*shlex.split(self.kubectl), "apply", "-f", str(self.manifest)]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout)

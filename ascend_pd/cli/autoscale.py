@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import click
@@ -11,7 +12,9 @@ from ascend_pd.autoscale.bounds import Bounds, check_bounds, parse_role_counts
 from ascend_pd.autoscale.predictor import PREDICTORS
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, AutoscaleSettings, RolloutTimeouts
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2
-from ascend_pd.cli.replan import admin_token_option, thresholds
+from ascend_pd.cli.admin_token import admin_token as admin_token_of
+from ascend_pd.cli.admin_token import admin_token_options
+from ascend_pd.cli.replan import thresholds
 from ascend_pd.errors import InputError
 
 
@@ -22,7 +25,7 @@ from ascend_pd.errors import InputError
 @click.option("--proxy", "proxy_urls", multiple=True,
               help="base URL of a proxy replica (repeatable; admin token required) [default: every replica the "
                    "deployment names, proxy.node and proxy.extra_nodes, at proxy.port]")
-@admin_token_option
+@admin_token_options
 @click.option("--interval", type=click.FloatRange(min=0.1), default=AutoscaleSettings.interval, show_default=True,
               help="seconds between observations (the proxy's --workload-window should be at least this)")
 @click.option("--agree", type=click.IntRange(min=1), default=AutoscaleSettings.agree, show_default=True,
@@ -66,9 +69,9 @@ from ascend_pd.errors import InputError
 @calibration_option
 @thresholds
 @input_errors_exit_2
-def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, cooldown, target, node_command,
-                  copy_command, kubectl, start_timeout, drain_timeout, log_file, metrics_port, intervals, dry_run,
-                  predictor, min_instances, max_instances, max_devices, reversal_hold, calibration, headroom,
+def autoscale_cmd(deployment_file, proxy_urls, admin_token, admin_token_file, interval, agree, cooldown, target,
+                  node_command, copy_command, kubectl, start_timeout, drain_timeout, log_file, metrics_port, intervals,
+                  dry_run, predictor, min_instances, max_instances, max_devices, reversal_hold, calibration, headroom,
                   min_gain, min_saving, shrink_margin):
     """Keep a running deployment sized for its live traffic.
 
@@ -80,6 +83,7 @@ def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, coo
     holds), leave and stop. A failed step puts back what it took and leaves file, proxies and processes agreeing.
     SIGINT or SIGTERM ends a change in progress the same way and exits (a second signal: at once).
     """
+    from ascend_pd.autoscale.lock import AutoscalerLock
     from ascend_pd.autoscale.loop import AutoscaleMetrics, Autoscaler, stopping_on_signals
     from ascend_pd.autoscale.proxy_admin import Interrupted
     from ascend_pd.autoscale.rollout import Launcher, RolloutLog
@@ -96,6 +100,8 @@ def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, coo
     if target == "bash" and not any(bundle.glob("launch-*.sh")):
         raise InputError("no launch scripts beside the deployment file", file=str(deployment), field="--deployment",
                          fix=f"render it there first: ascend-pd render {deployment} --out {bundle}")
+    token = admin_token_of(admin_token, admin_token_file, bundle)  # by default the one render wrote into the bundle
+    lock = AutoscalerLock(deployment)  # before anything it starts: a second autoscaler is refused here
     try:
         metrics = AutoscaleMetrics()
     except ImportError:
@@ -113,9 +119,9 @@ def autoscale_cmd(deployment_file, proxy_urls, admin_token, interval, agree, coo
     loaded = load_deployment(deployment)
     proxies = list(proxy_urls) or replica_urls(loaded)
     store = table_store(loaded, bundle, target, kubectl)
-    with open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
+    with closing(lock), open(log_file or bundle / "autoscale.jsonl", "a", encoding="utf-8") as stream:
         log = RolloutLog(_Tee(stream))
-        scaler = Autoscaler(deployment, proxies, admin_token, launcher, settings, log, metrics,
+        scaler = Autoscaler(deployment, proxies, token, launcher, settings, log, metrics,
                             RolloutTimeouts(start=start_timeout, drain=drain_timeout), store=store)
         try:
             with stopping_on_signals():

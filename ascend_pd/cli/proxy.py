@@ -6,10 +6,15 @@ import logging
 
 import click
 
+from ascend_pd.cli.admin_token import admin_token as admin_token_of
 from ascend_pd.cli.common import input_errors_exit_2
 from ascend_pd.defaults import PROXY_PORT
+from ascend_pd.deploy.secrets import ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE_ENV
 from ascend_pd.proxy.event_loop import EVENT_LOOPS
 from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
+from ascend_pd.proxy.wire.server import ServerLimits
+
+LIMITS = ServerLimits()
 
 
 @click.command("proxy")
@@ -63,10 +68,46 @@ from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
               show_default=True,
               help="seconds between reads of every backend's vLLM /metrics (requests running and waiting), so "
                    "proxy replicas sharing backends route around each other's load (0: off, own load only)")
-@click.option("--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
+@click.option("--admin-token", envvar=ADMIN_TOKEN_ENV, default=None,
               help="enables /admin/backends (add, drain, remove) and GET /v1/workload (the live workload, what "
-                   "`ascend-pd replan --observed` reads) for 'Authorization: Bearer <token>' "
-                   "[env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
+                   "`ascend-pd replan --observed` reads) for 'Authorization: Bearer <token>'; give it through the "
+                   "env var or --admin-token-file, since a command line is seen by every user of the host "
+                   f"[env: {ADMIN_TOKEN_ENV}]")
+@click.option("--admin-token-file", envvar=ADMIN_TOKEN_FILE_ENV, type=click.Path(dir_okay=False), default=None,
+              help="as --admin-token, with the token read from this file, readable by its owner only (rendered "
+                   f"launchers and pods give the bundle's secrets/admin.token) [env: {ADMIN_TOKEN_FILE_ENV}]")
+@click.option("--admin-port", type=click.IntRange(min=1, max=65535), default=None,
+              help="serve the admin endpoints on this port only (every worker shares it) and not on the public "
+                   "one [default: on the public port]")
+@click.option("--admin-host", default=ProxySettings.admin_host, show_default=True,
+              help="address of the --admin-port listener; keep it on loopback, or a network only operators reach")
+@click.option("--api-key", "api_keys", multiple=True, envvar="ASCEND_PD_PROXY_API_KEY",
+              help="a key clients must send as 'Authorization: Bearer <key>' to /v1/completions, "
+                   "/v1/chat/completions and /v1/models (repeatable; like vLLM's --api-key) "
+                   "[env: ASCEND_PD_PROXY_API_KEY, keys separated by spaces]")
+@click.option("--api-key-file", type=click.Path(dir_okay=False), default=None,
+              help="a file of client API keys, one a line (kept off the command line and the process list)")
+@click.option("--ssl-certfile", type=click.Path(dir_okay=False), default=None,
+              help="serve HTTPS on the public port with this PEM certificate (chain); needs --ssl-keyfile")
+@click.option("--ssl-keyfile", type=click.Path(dir_okay=False), default=None,
+              help="the PEM private key of --ssl-certfile")
+@click.option("--public-detail", is_flag=True, default=False,
+              help="show /health's backends and serve /metrics to anyone; without it only requests with the "
+                   "admin token see them (a probe still gets /health's status code)")
+@click.option("--max-connections", type=click.IntRange(min=1), default=LIMITS.max_connections, show_default=True,
+              help="open client connections per worker; one more is answered 503 and closed")
+@click.option("--max-pipelined", type=click.IntRange(min=1), default=LIMITS.max_pipelined, show_default=True,
+              help="requests read ahead on one client connection before the proxy stops reading it")
+@click.option("--max-header-bytes", type=click.IntRange(min=1024), default=LIMITS.max_header_bytes,
+              show_default=True, help="request line and headers of one request; more is answered 431")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=LIMITS.max_body_bytes, show_default=True,
+              help="body of one request; more is answered 413")
+@click.option("--max-buffered-bytes", type=click.IntRange(min=1), default=LIMITS.max_buffered_bytes,
+              show_default=True, help="request bodies held at once per worker, over all connections; a body past "
+                                      "it is answered 503")
+@click.option("--client-read-timeout", type=click.FloatRange(min=0, min_open=True), default=LIMITS.read_timeout,
+              show_default=True, help="seconds a client has to send a whole request once it has begun; a slower "
+                                      "one is disconnected")
 @click.option("--workload-window", type=click.FloatRange(min=1), default=ProxySettings.workload_window,
               show_default=True,
               help="seconds of finished requests GET /v1/workload summarises")
@@ -81,7 +122,7 @@ from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
 def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, host, port, policy, prefill_policy,
               decode_policy, advertise_url, tokenizer, max_inflight, connect_timeout, read_timeout, total_timeout,
               health_timeout, prefill_attempts, pair_attempts, health_interval, engine_load_interval, admin_token,
-              workload_window, workers, event_loop, log_level):
+              admin_token_file, admin_port, admin_host, workload_window, workers, event_loop, log_level, **front_door):
     """Serve an OpenAI-compatible proxy that runs each request through a prefill and a decode instance.
 
     Backends come from --deployment FILE, or from --prefill/--decode/--colocated URLs. Endpoints:
@@ -100,8 +141,11 @@ def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, 
         mode=chosen.mode, timeouts=timeouts,
         prefill_policy=prefill_policy or chosen.policy, decode_policy=decode_policy or chosen.policy,
         max_inflight=max_inflight, prefill_attempts=prefill_attempts, pair_attempts=pair_attempts,
-        health_interval=health_interval, engine_load_interval=engine_load_interval, admin_token=admin_token,
-        workload_window=workload_window, metaserver_url=chosen.metaserver_url, backend_table=backend_table)
+        health_interval=health_interval, engine_load_interval=engine_load_interval,
+        admin_token=admin_token_of(admin_token, admin_token_file),
+        admin_port=admin_port, admin_host=admin_host,
+        workload_window=workload_window, metaserver_url=chosen.metaserver_url, backend_table=backend_table,
+        **front_door_settings(**front_door))
 
     def make_proxy(siblings: Siblings | None) -> ProxyState:
         tokens = TokenizerTokens(tokenizer) if tokenizer else EstimatedTokens()
@@ -113,6 +157,21 @@ def proxy_cmd(deployment_file, backend_table, prefill, decode, colocated, mode, 
 
     def started(loop_name: str) -> None:
         click.echo(f"ascend-pd proxy: {chosen.mode} flow, {chosen.role_counts()} endpoint(s), listening on "
-                   f"{host}:{chosen.port}, {workers} worker(s) on the {loop_name} event loop", err=True)
+                   f"{host}:{chosen.port}" + (f", admin endpoints on {admin_host}:{admin_port}" if admin_port else "")
+                   + f", {workers} worker(s) on the {loop_name} event loop", err=True)
 
     serve(make_proxy, host, chosen.port, event_loop, workers, started)
+
+
+def front_door_settings(api_keys, api_key_file, ssl_certfile, ssl_keyfile, public_detail, max_connections,
+                        max_pipelined, max_header_bytes, max_body_bytes, max_buffered_bytes,
+                        client_read_timeout) -> dict:
+    """The ProxySettings fields of the public port's flags."""
+    from ascend_pd.proxy.api_keys import read_key_file
+
+    keys = tuple(api_keys) + (read_key_file(api_key_file) if api_key_file else ())
+    limits = ServerLimits(max_connections=max_connections, max_pipelined=max_pipelined,
+                          max_header_bytes=max_header_bytes, max_body_bytes=max_body_bytes,
+                          max_buffered_bytes=max_buffered_bytes, read_timeout=client_read_timeout)
+    return {"api_keys": keys, "ssl_certfile": ssl_certfile, "ssl_keyfile": ssl_keyfile,
+            "public_detail": public_detail, "limits": limits}

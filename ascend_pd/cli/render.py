@@ -39,6 +39,8 @@ def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node
                image: str) -> None:
     """Validate FILE (a deployment.yaml) and write what runs it into DIR.
 
+    DIR also gets the deployment's secrets (secrets/kv.key, secrets/admin.token, mode 0600; for the k8s target the
+    Secret in k8s/secrets.yaml): made on the first render, kept by every later render into DIR.
     Refuses, printing the diagnostics, when validation finds errors (exit 1). Bad input exits 2.
     """
     from ascend_pd.deploy import load_deployment
@@ -52,5 +54,7 @@ def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node
     if result.refused:
         click.echo(f"{file}: not rendered, fix the errors above first", err=True)
         sys.exit(EXIT_FINDINGS)
-    written = write_bundle(result.files, out_dir)
+    written = write_bundle(result.files, out_dir, result.k8s_deployment)
     click.echo(f"wrote {len(written)} files to {out_dir}; see {out_dir}/README.md for what to run where")
+    click.echo(f"the deployment's secrets are in {out_dir}/secrets/ (kept when rendering into {out_dir} again): "
+               "copy them with the bundle, never into version control")

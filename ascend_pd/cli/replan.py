@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
+from ascend_pd.cli.admin_token import admin_token as admin_token_of
+from ascend_pd.cli.admin_token import admin_token_options
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2
 from ascend_pd.planner.replan import HEADROOM, MIN_GAIN, MIN_SAVING, SHRINK_MARGIN
 
-admin_token_option = click.option(
-    "--admin-token", envvar="ASCEND_PD_PROXY_ADMIN_TOKEN", default=None,
-    help="the proxy's admin token, to read GET /v1/workload [env: ASCEND_PD_PROXY_ADMIN_TOKEN]")
 threshold_options = [
     click.option("--headroom", type=click.FloatRange(min=0), default=HEADROOM, show_default=True,
                  help="size for the observed rate times 1 + this (autoscale: the widest margin the load predictor "
@@ -35,16 +35,17 @@ def thresholds(fn):
 @click.option("--deployment", "deployment_file", required=True, type=click.Path(dir_okay=False),
               help="the running deployment.yaml")
 @click.option("--observed", required=True, metavar="URL|FILE",
-              help="the proxy's base URL, or a file holding its GET /v1/workload answer")
-@admin_token_option
+              help="the proxy's base URL, or a file holding its GET /v1/workload answer (a URL needs the admin "
+                   "token: by default the one in the bundle beside --deployment)")
+@admin_token_options
 @calibration_option
 @thresholds
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="write the deployment after the change here (only when a change is proposed)")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
-def replan_cmd(deployment_file, observed, admin_token, calibration, headroom, min_gain, min_saving, shrink_margin,
-               out_file, fmt):
+def replan_cmd(deployment_file, observed, admin_token, admin_token_file, calibration, headroom, min_gain, min_saving,
+               shrink_margin, out_file, fmt):
     """Propose the smallest change to a running deployment that meets its SLO under the observed workload.
 
     Fits prompt and output lengths and the arrival rate the proxy measured, corrects the cost model by the TTFT
@@ -58,7 +59,8 @@ def replan_cmd(deployment_file, observed, admin_token, calibration, headroom, mi
     from ascend_pd.planner.replan import replan
 
     loaded = load_deployment(deployment_file)
-    proposal = replan(loaded, observe(observed, admin_token), calibration, headroom, min_gain, min_saving,
+    token = admin_token_of(admin_token, admin_token_file, Path(deployment_file).parent) if "://" in observed else None
+    proposal = replan(loaded, observe(observed, token), calibration, headroom, min_gain, min_saving,
                       shrink_margin)
     if out_file and proposal.change:
         write_deployment(proposal.deployment, out_file)

@@ -77,6 +77,12 @@ class Refused(msgspec.Struct, tag=True):
 Request = GetMeta | ReadDone | PushReady | PushDone
 Reply = AgentMetadata | Ack | Refused
 
+# The largest message a side-channel socket takes (ZMQ_MAXMSGSIZE; a larger one drops its sender's connection
+# before a byte is buffered). The largest real message is a PushReady: its block ids (at most 5 bytes each in
+# msgpack) and its AgentMetadata (about 100 bytes a cache plane). 2**21 block ids (a 32M-token prompt at block size
+# 16) and 4096 planes (2 per layer of a 2048-layer model) encode to about 10.4 MiB; 16 MiB leaves room above that.
+MAX_MESSAGE_BYTES = 16 << 20
+
 _encoder = msgspec.msgpack.Encoder()
 _request_decoder = msgspec.msgpack.Decoder(Request)
 _reply_decoder = msgspec.msgpack.Decoder(Reply)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.config import ConnectorConfig
+from ascend_pd.connector.peer_auth import PeerKey
 from ascend_pd.connector.side_channel import PeerUnreachable
 
 Address = tuple[str, int]
@@ -17,10 +18,12 @@ Address = tuple[str, int]
 class Peers:
     """Side-channel messages to peers, bounded by the config's handshake settings and a caller's deadline. A peer
     that let a whole try go unanswered is marked down for peer_backoff_s: the requests behind it fail at once
-    instead of each waiting out the same silence."""
+    instead of each waiting out the same silence. Messages are sealed with `key`; setting `stop` (the worker shuts
+    down) ends every request in flight within a fraction of a second."""
 
-    def __init__(self, config: ConnectorConfig):
+    def __init__(self, config: ConnectorConfig, key: PeerKey, stop: threading.Event):
         self.config = config
+        self.key, self.stop = key, stop
         self._down_until: dict[Address, float] = {}
         self._metadata: dict[Address, messages.AgentMetadata] = {}
         self._handshakes: defaultdict[Address, threading.Lock] = defaultdict(threading.Lock)
@@ -38,9 +41,10 @@ class Peers:
             raise PeerUnreachable(f"{host}:{port} did not answer a moment ago; not asked again for "
                                   f"{until - time.monotonic():.1f} s (peer_backoff_s={self.config.peer_backoff_s:g})")
         try:
-            reply = side_channel.request(host, port, message, retries=self.config.handshake_retries,
+            reply = side_channel.request(host, port, message, key=self.key, retries=self.config.handshake_retries,
                                          timeout_s=self.config.handshake_timeout_s,
-                                         backoff_s=self.config.handshake_backoff_s, deadline=deadline)
+                                         backoff_s=self.config.handshake_backoff_s, deadline=deadline,
+                                         stop=self.stop)
         except PeerUnreachable as error:
             if error.silent_tries:  # not only a try the caller's deadline cut short
                 with self._lock:

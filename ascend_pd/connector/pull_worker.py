@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass
 
 from ascend_pd import kernels
 from ascend_pd.connector import faults, messages
 from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv
+from ascend_pd.connector.recent import Recent
 from ascend_pd.connector.routes import Route, check_block_ids, direct_copies, route, transpose_split
 from ascend_pd.connector.transport import Span
-from ascend_pd.connector.worker import WorkerSide
+from ascend_pd.connector.worker import SERVED_CAP, WorkerSide
 from ascend_pd.kernels.tp_mapping import SourceRead
 
 logger = logging.getLogger(__name__)
@@ -40,9 +40,10 @@ class PullWorker(WorkerSide):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._pending: dict[str, _Pending] = {}  # decode: requests whose read has not been reported
-        # Prefill: how many decode ranks will report on each request, and how many have.
+        # Prefill: how many decode ranks will report on each request, and which have (a retried report counts
+        # once). A request P frees after abort_timeout_s without all reports needs them no longer.
         self._expected_reports = sum(self.tp_rank in self.candidates(d) for d in range(self.config.decode.tp_size))
-        self._reports: Counter[str] = Counter()
+        self._reports: Recent[set[int]] = Recent(self.config.abort_timeout_s, SERVED_CAP)
 
     def candidates(self, dst_rank: int) -> set[int]:
         """Every prefill rank a decode rank may read from; all of them hear when it is done."""
@@ -52,11 +53,16 @@ class PullWorker(WorkerSide):
     def handle(self, message: messages.Request) -> messages.Reply:
         if not isinstance(message, messages.ReadDone):
             return super().handle(message)
+        now = time.monotonic()
         with self.lock:
-            self._reports[message.request_id] += 1
-            if self._reports[message.request_id] >= self._expected_reports:
-                del self._reports[message.request_id]
-                self.served.add(message.request_id)
+            reported = self._reports.get(message.request_id)
+            if reported is None:
+                reported = set()
+                self._reports.put(message.request_id, reported, now)
+            reported.add(message.dst_rank)
+            if len(reported) >= self._expected_reports:
+                self._reports.pop(message.request_id)
+                self.served.put(message.request_id, True, now)
         return messages.Ack()
 
     # ---- decode side ----
@@ -86,8 +92,8 @@ class PullWorker(WorkerSide):
             self._report(pending, error)
         # P may free its blocks now; a P that does not hear it frees them after its abort_timeout_s.
         for rank in sorted(self.candidates(self.tp_rank)):
-            self.notices.submit(self.notify, *recv.peer.address(rank),
-                                messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
+            self.post_notice(self.notify, *recv.peer.address(rank),
+                             messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
 
     def _report(self, pending: _Pending, error: Exception | None) -> None:
         """Tell vLLM (through get_finished) that the request's KV is in, or that its blocks failed; once."""
@@ -119,6 +125,7 @@ class PullWorker(WorkerSide):
         ends with that batch, which the Transfer Engine's own timeout bounds (a late write must not land in blocks
         vLLM has given to the recompute)."""
         with self.lock:
+            self._reports.expire(now)
             late = [p for p in self._pending.values() if p.deadline <= now and not p.moving]
             for pending in late:
                 del self._pending[pending.recv.request_id]

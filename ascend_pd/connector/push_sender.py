@@ -16,11 +16,14 @@ from ascend_pd.connector import faults, messages
 from ascend_pd.connector.config import ENGINE_GRACE_S
 from ascend_pd.connector.cpus import start_transfer_thread
 from ascend_pd.connector.metadata import AscendPDMetadata, PushSend
+from ascend_pd.connector.recent import Recent
 from ascend_pd.connector.routes import LayoutMismatch, check_block_ids, check_compatible, direct_copies, route
 from ascend_pd.connector.transport import Span, TransferFailed
 from ascend_pd.connector.worker import WorkerSide
 
 logger = logging.getLogger(__name__)
+
+EARLY_CAP = 4096  # transfers announced before their request: each holds a decode rank's metadata (~100 KiB at most)
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,9 @@ class PushSender(WorkerSide):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._transfers: dict[str, _Transfer] = {}  # transfer id -> state
-        self._early: dict[str, list[tuple[float, messages.PushReady]]] = {}  # announcements before the request
+        # Announcements before the request, for kv_load_timeout_s at most (D has given up on them by then).
+        self._early: Recent[list[tuple[float, messages.PushReady]]] = Recent(self.config.kv_load_timeout_s,
+                                                                              EARLY_CAP)
         # Notes when a prompt's last layer is in memory (a device wait), never queued behind the writes.
         self._clock = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ascend-pd-clock",
                                          initializer=self._start_job_thread)
@@ -95,7 +100,7 @@ class PushSender(WorkerSide):
                 if out is None:
                     out = _Transfer(send.request_id, send.transfer_id, send.block_ids, self.targets(send.transfer_id))
                     self._transfers[send.transfer_id] = out
-                    early = self._early.pop(send.transfer_id, [])
+                    early = self._early.pop(send.transfer_id) or []
                 else:
                     early = []
                 out.block_ids = send.block_ids
@@ -130,7 +135,7 @@ class PushSender(WorkerSide):
                 return
             out.prefilled = True
             if not out.targets:  # no decode rank reads from this rank
-                self.served.add(out.request_id)
+                self.served.put(out.request_id, True, time.monotonic())
                 del self._transfers[send.transfer_id]
                 return
             last_layer = out.jobs[-1].written if out.jobs else None
@@ -153,7 +158,12 @@ class PushSender(WorkerSide):
         with self.lock:
             out = self._transfers.get(message.transfer_id)
             if out is None:  # D was faster than P's scheduler: keep it until the request shows up
-                self._early.setdefault(message.transfer_id, []).append((time.monotonic(), message))
+                now = time.monotonic()
+                early = self._early.get(message.transfer_id)
+                if early is None:
+                    early = []
+                    self._early.put(message.transfer_id, early, now)
+                early.append((now, message))
                 return refusal or messages.Ack()
         reply = self._attach(out, message, time.monotonic())
         return refusal or reply
@@ -256,7 +266,7 @@ class PushSender(WorkerSide):
             if not out.prefilled or target.ready is None or target.finalizing:
                 return
             target.finalizing = True
-        self.notices.submit(self._finalize, out, rank, target)
+        self.post_notice(self._finalize, out, rank, target)
 
     def _finalize(self, out: _Transfer, rank: int, target: _Target) -> None:
         """When every write to a decode rank has completed, tell it so (or that they failed)."""
@@ -279,7 +289,7 @@ class PushSender(WorkerSide):
         with self.lock:
             target.done = True
             if all(t.done for t in out.targets.values()) and self._transfers.pop(out.transfer_id, None):
-                self.served.add(out.request_id)
+                self.served.put(out.request_id, True, time.monotonic())
 
     def shutdown(self) -> None:
         super().shutdown()
@@ -299,15 +309,12 @@ class PushSender(WorkerSide):
         for out in outs:
             for rank, target in out.targets.items():
                 if target.ready is not None and target.ready.block_ids:
-                    self.notices.submit(self.notify, target.ready.dst_host, target.ready.dst_port,
-                                        messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank,
-                                                          ok=False))
+                    self.post_notice(self.notify, target.ready.dst_host, target.ready.dst_port,
+                                     messages.PushDone(transfer_id=out.transfer_id, src_rank=self.tp_rank, ok=False))
 
     def expire(self, now: float) -> None:
         with self.lock:
-            stale = [tid for tid, early in self._early.items() if early[0][0] + self.config.kv_load_timeout_s <= now]
-            for tid in stale:
-                del self._early[tid]
+            self._early.expire(now)
             dropped = [tid for tid, out in self._transfers.items()
                        if out.request_id in self.held and self.held[out.request_id] <= now]
             for tid in dropped:

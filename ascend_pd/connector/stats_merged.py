@@ -26,6 +26,7 @@ class AscendPDStats(KVConnectorStats):
         for key in LISTS:
             self.data[key].extend(other.data.get(key, []))
         self.data["failures"] += other.data.get("failures", 0)
+        self.data["refused"] = self.data.get("refused", 0) + other.data.get("refused", 0)
         self.data["mode"] = self.data.get("mode") or other.data.get("mode", "")
         # vLLM aggregates in time order (worker stats with the scheduler's of the same step, then interval after
         # interval in its logger): the latest level wins, adding two would count the same requests twice.
@@ -36,7 +37,7 @@ class AscendPDStats(KVConnectorStats):
     def is_empty(self) -> bool:
         # a held count of 0 is news (the gauge must come down), not emptiness
         return (not any(self.data[key] for key in LISTS) and not self.data["failures"]
-                and self.data.get("held") is None)
+                and not self.data.get("refused") and self.data.get("held") is None)
 
     def reduce(self) -> dict[str, int | float]:
         total_bytes, total_seconds = sum(self.data["bytes"]), sum(self.data["seconds"])
@@ -52,5 +53,6 @@ class AscendPDStats(KVConnectorStats):
             # of the requests' transfers (first byte moving to KV whole on D), the part that came after prefill
             "Exposed share": round(sum(exposed) / sum(request_seconds), 3) if sum(request_seconds) else 0.0,
             "Failures": self.data["failures"],
+            "Refused peer messages": self.data.get("refused", 0),
             **({"Held requests": self.data["held"]} if self.data.get("held") is not None else {}),
         }

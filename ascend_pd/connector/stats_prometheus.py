@@ -1,6 +1,6 @@
 """The last stage of the connector's statistics (stats_tally.py, stats_merged.py, this): its Prometheus metrics on each
 engine's /metrics: transfer batches, bytes, KV waits, failures, per request the transfer it exposed after its
-prefill, by mode, and the requests whose KV a prefill engine still holds."""
+prefill, by mode, the requests whose KV a prefill engine still holds, and the side-channel messages refused."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
                                 "KV bytes moved by this engine's workers.")
         self.failures = per_engine(self._counter_cls, "vllm:ascend_pd_kv_failures",
                                    "Requests whose KV transfer failed (they become load errors and are recomputed).")
+        self.refused = per_engine(
+            self._counter_cls, "vllm:ascend_pd_side_channel_refused",
+            "Side-channel messages refused unread: not sealed with the deployment's KV secret (a peer without it, "
+            "or with another deployment's) or not a side-channel request at all. Each address is logged once.")
         self.exposed_seconds = per_engine_and_mode(
             self._histogram_cls, "vllm:ascend_pd_kv_exposed_seconds",
             "Per request and decode rank: from the end of its prefill on P to its whole prompt KV on D, the transfer "
@@ -67,6 +71,7 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
             self.wait_seconds[engine_idx].observe(seconds)
         self.bytes[engine_idx].inc(sum(transfer_stats_data.get("bytes", [])))
         self.failures[engine_idx].inc(transfer_stats_data.get("failures", 0))
+        self.refused[engine_idx].inc(transfer_stats_data.get("refused", 0))
         if transfer_stats_data.get("held") is not None:  # sent only when it changed
             self.held_requests[engine_idx].set(transfer_stats_data["held"])
         if transfer_stats_data.get("exposed"):

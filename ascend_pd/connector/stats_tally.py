@@ -1,6 +1,6 @@
 """The first stage of the connector's statistics (this, stats_merged.py, stats_prometheus.py): each worker's transfer
-tally (bytes, durations, copies, KV waits, failures, and per request how much of its transfer it exposed), handed to
-vLLM's connector stats."""
+tally (bytes, durations, copies, KV waits, failures, and per request how much of its transfer it exposed) and the
+side-channel messages it refused (side_channel.py), handed to vLLM's connector stats."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ LISTS = ("bytes", "seconds", "copies", "waits", "exposed", "request_seconds", "r
 
 
 def empty_tally(mode: str = "") -> dict[str, Any]:
-    return {**{key: [] for key in LISTS}, "failures": 0, "mode": mode}
+    return {**{key: [] for key in LISTS}, "failures": 0, "refused": 0, "mode": mode}
 
 
 class TransferTally:
@@ -38,5 +38,9 @@ class TransferTally:
     def record_failure(self) -> None:
         self.data["failures"] += 1
 
+    def record_refused(self) -> None:
+        """The side channel refused a message: not sealed with the deployment's KV secret, or not a request."""
+        self.data["refused"] += 1
+
     def is_empty(self) -> bool:
-        return not any(self.data[key] for key in LISTS) and not self.data["failures"]
+        return not any(self.data[key] for key in LISTS) and not self.data["failures"] and not self.data["refused"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_all
 from typing import Any
 
 from ascend_pd.connector import messages, side_channel
@@ -15,7 +17,9 @@ from ascend_pd.connector.cpus import release_crowded_main_thread, spread_threads
 from ascend_pd.connector.device import CacheDevice
 from ascend_pd.connector.kv_layout import CachePlane, cache_planes, registration_regions
 from ascend_pd.connector.metadata import AscendPDMetadata
+from ascend_pd.connector.peer_auth import PeerKey
 from ascend_pd.connector.peers import Peers
+from ascend_pd.connector.recent import Recent
 from ascend_pd.connector.routes import check_compatible
 from ascend_pd.connector.staging import StagingBuffer
 from ascend_pd.connector.stats_tally import TransferTally
@@ -25,6 +29,9 @@ from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.kernels.tp_mapping import TpTransferPlan, plan_tp_transfer
 
 logger = logging.getLogger(__name__)
+
+NOTICE_GRACE_S = 2.0  # at shutdown, what posted notices get to reach their peers: bounded, never a peer's say
+SERVED_CAP = 1 << 16  # requests a prefill rank remembers as served before it holds them: far above its KV blocks
 
 
 class WorkerSide:
@@ -51,7 +58,10 @@ class WorkerSide:
         self._staging_bytes = staging_bytes
         self.stats = TransferTally(config.mode)
         self.lock = threading.Lock()
-        self.peers = Peers(config)
+        # Read at build time: an engine without the deployment's KV secret refuses to start, not at its first request.
+        self.key = PeerKey.from_env()
+        self.stopping = threading.Event()
+        self.peers = Peers(config, self.key, self.stopping)
         self.device = CacheDevice.host()
         # Transfer jobs queue layout kernels and wait for them: each thread must work on the caches' device. Like
         # every connector thread, they leave the core vLLM pinned its main thread to (cpus.py).
@@ -61,9 +71,11 @@ class WorkerSide:
         # so a silent peer delays no request's transfer.
         self.notices = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ascend-pd-notify",
                                           initializer=unpin_current_thread)
-        # Prefill: requests the scheduler holds for a transfer -> monotonic deadline; and those fully served.
+        self._posted: set[Future] = set()  # notices handed over and not yet done
+        # Prefill: requests the scheduler holds for a transfer -> monotonic deadline; and those fully served (a
+        # decode rank may report before this rank holds the request; a report no held request claims expires).
         self.held: dict[str, float] = {}
-        self.served: set[str] = set()
+        self.served: Recent[bool] = Recent(max(config.abort_timeout_s, config.kv_load_timeout_s), SERVED_CAP)
         # Decode: requests whose transfer ended (well or not) and blocks that did not arrive.
         self.received: set[str] = set()
         self.failed_blocks: set[int] = set()
@@ -99,7 +111,8 @@ class WorkerSide:
             engine_id=self.config.engine_id, tp_rank=self.tp_rank, tp_size=self.config.local.tp_size,
             session=self.transport.session, block_size=self.block_size, planes=[p.info for p in self.planes])
         # Listen only once there is something to serve: a peer that connects earlier is retried with backoff.
-        self.server = side_channel.SideChannelServer(self.host, self.port, self._handle)
+        self.server = side_channel.SideChannelServer(self.host, self.port, self._handle, self.key,
+                                                     on_refused=self._refused)
         logger.info("AscendPD worker %s rank %d: %d cache tensors registered, side channel on %s:%d",
                     self.config.engine_id, self.tp_rank, len(self.planes), self.host, self.port)
 
@@ -122,6 +135,10 @@ class WorkerSide:
             raise TransferFailed(f"a batch with {peer} outlived the Transfer Engine's "
                                  f"{self.transport.timeout_s:g} s timeout (transfer_timeout_s)") from None
 
+    def _refused(self) -> None:
+        with self.lock:
+            self.stats.record_refused()
+
     def _handle(self, message: messages.Request) -> messages.Reply:
         if isinstance(message, messages.GetMeta):
             return self.metadata
@@ -136,6 +153,8 @@ class WorkerSide:
         try:
             reply = self.peers.ask(host, port, message, deadline=time.monotonic() + self.config.kv_load_timeout_s,
                                    even_if_down=True)
+        except side_channel.Stopped:
+            return False  # the engine is shutting down: the peer's own timeout frees what the notice would
         except side_channel.PeerUnreachable as error:
             logger.warning("AscendPD: %s not delivered: %s", type(message).__name__, error)
             return False
@@ -190,13 +209,14 @@ class WorkerSide:
         now = time.monotonic()
         self.expire(now)
         with self.lock:
+            self.served.expire(now)
             sending = {r for r, deadline in self.held.items() if r in self.served or deadline <= now}
             for request_id in sending:
                 if request_id not in self.served:
                     logger.warning("AscendPD: request %s: no decode instance took its KV within the timeout; "
                                    "freeing its blocks", request_id)
                 del self.held[request_id]
-                self.served.discard(request_id)
+                self.served.pop(request_id)
             recving, self.received = self.received, set()
         return sending, recving
 
@@ -212,7 +232,18 @@ class WorkerSide:
             stats, self.stats = self.stats, TransferTally(self.config.mode)
         return stats
 
+    def post_notice(self, send: Callable[..., Any], *args: Any) -> None:
+        """Send a notice on the notice threads; shutdown gives those posted a bounded chance to go out."""
+        future = self.notices.submit(send, *args)
+        self._posted.add(future)
+        future.add_done_callback(self._posted.discard)
+
     def shutdown(self) -> None:
+        # Notices already posted (a ReadDone that lets P free a request's blocks now rather than after its abort
+        # timeout) get NOTICE_GRACE_S to reach a live peer; then requests in flight end, not after their tries.
+        self.notices.shutdown(wait=False)
+        wait_all(list(self._posted), timeout=NOTICE_GRACE_S)
+        self.stopping.set()
         if self.server is not None:
             self.server.stop()
         # Jobs end within their deadlines; the engine's shutdown does not wait on a peer for them.

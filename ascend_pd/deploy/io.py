@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ascend_pd.atomic import write_atomic
 from ascend_pd.deploy.schema import Deployment
 from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster, load_cluster
@@ -82,4 +83,6 @@ def revision_of(deployment: Deployment) -> str:
 
 
 def write_deployment(deployment: Deployment, path: str | Path) -> None:
-    Path(path).write_text(dump_deployment(deployment), encoding="utf-8")
+    """Replace the file at once and on disk: the autoscaler rewrites a deployment file that launchers, the proxy and
+    operators read while it runs, and a crash must leave the old file or the new one."""
+    write_atomic(path, dump_deployment(deployment))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ascend_pd.defaults import PROXY_POLICY, PROXY_PORT
+from ascend_pd.deploy.rules.names import K8S_NAME_MAX, OBJECT_SUFFIXES
 from ascend_pd.deploy.schema import (SLO, Connector, Deployment, DevicePlacement, Instance, Metadata, ModelRef,
                                      Parallel, Proxy, VllmArgs, Workload)
 from ascend_pd.hardware import Cluster, Device, shipped_clusters
@@ -47,9 +48,14 @@ def vllm_args(cost: CostModel, option: Option, req: Requirements) -> VllmArgs:
                     max_num_batched_tokens=option.chunk_tokens + tokens_per_step)
 
 
-def _dns_label(text: str) -> str:
+def _deployment_name(text: str, instances: list[Instance]) -> str:
+    """`text` as an RFC 1035 label short enough that every Kubernetes object render names after it (the name, '-'
+    and the longest instance name or object suffix) stays within 63 characters (validation APD305)."""
     label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return label[:63].rstrip("-") or "plan"
+    if not label[:1].isalpha():
+        label = f"plan-{label}".rstrip("-")
+    longest = max(len(name) for name in [*OBJECT_SUFFIXES, *(i.name for i in instances)])
+    return label[:K8S_NAME_MAX - 1 - longest].rstrip("-")
 
 
 def _connector(cost: CostModel, req: Requirements, protocol: str) -> Connector:
@@ -85,7 +91,7 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
     protocol = "ascend" if "ascend" in cluster.protocols else cluster.protocols[0]
     model = cost.model
     return Deployment(
-        metadata=Metadata(name=_dns_label(f"{model.id}-{cluster.name}")),
+        metadata=Metadata(name=_deployment_name(f"{model.id}-{cluster.name}", instances)),
         cluster=cluster.name if cluster_ref in shipped_clusters() else cluster_ref,
         model=ModelRef(name=model.id, quantization=cost.quantization, kv_cache_dtype=cost.kv_dtype,
                        path=f"/models/{model.id}", served_name=model.id),

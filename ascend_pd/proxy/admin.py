@@ -1,5 +1,5 @@
-"""Admin endpoints: the backend table (read it, put a newer one), changes to it one backend at a time (add, drain,
-remove), and the live workload. They exist only when a token is configured."""
+"""Admin endpoints: the backend table (read it, put a newer one over the one its writer read), changes to it one
+backend at a time (add, drain, remove), and the live workload. They exist only when a token is configured."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ import msgspec
 
 from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.backend_table import TableEntry, decode_table, draining, with_entry, without
+from ascend_pd.proxy.backend_table import TableEntry, TableWrite, decode_table, draining, with_entry, without
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.endpoints import ROLES, endpoint_from_url
 from ascend_pd.proxy.failures import ClientError
+from ascend_pd.proxy.siblings import SIBLING_HEADER
 from ascend_pd.proxy.table_keeper import TableKeeper
 from ascend_pd.proxy.wire.server import Handler, Request, Response
 from ascend_pd.proxy.workload_window import (WORKLOAD_PARTS, WindowContents, WorkloadWindow, encode_contents,
                                              encode_parts, summarise)
+
+# a table of thousands of backends with their KV addresses (a few hundred bytes each) fits
+MAX_ADMIN_BODY_BYTES = 4 * 1024 * 1024
 
 
 class BackendChange(msgspec.Struct, forbid_unknown_fields=True):
@@ -54,8 +58,15 @@ class AdminRoutes:
         if not hmac.compare_digest(request.headers.get("authorization", "").encode(), self._expected):
             raise ClientError(401, "admin endpoints need 'Authorization: Bearer <admin token>'", "unauthorized")
 
-    def _read_change(self, request: Request) -> BackendChange:
+    def _read_body(self, request: Request) -> bytes:
+        """The body of an authorized call, within the admin limit (the public listener's is a prompt's)."""
         self._authorize(request)
+        if len(request.body) > MAX_ADMIN_BODY_BYTES:
+            raise ClientError(413, f"admin request bodies are at most {MAX_ADMIN_BODY_BYTES} bytes", "too_large")
+        return request.body
+
+    def _read_change(self, request: Request) -> BackendChange:
+        self._read_body(request)
         try:
             return msgspec.json.decode(request.body, type=BackendChange)
         except msgspec.DecodeError as exc:
@@ -97,12 +108,28 @@ class AdminRoutes:
         return _json({**msgspec.to_builtins(table), "worker_generations": [table.generation]})
 
     async def put_table(self, request: Request) -> Response:
-        self._authorize(request)
+        """A compare-and-swap: the body is the new table with `expected_generation`, the generation of the table
+        its writer made it from. A worker that serves a later table (other than this one, pushed before) took a
+        change that writer never saw, which this table would undo: 409 with the generation served, to read again and
+        redo the change on it. One that serves an earlier table only missed a push, and takes it. A sibling worker's
+        relay carries the table another worker applied, and needs no condition."""
         try:
-            offered = decode_table(request.body, "PUT /admin/table")
+            offered = decode_table(self._read_body(request), "PUT /admin/table", TableWrite)
         except InputError as exc:
             raise ClientError(400, exc.render(), "invalid_request_error") from None
-        applied = self.keeper.offer(offered)
+        expected, served = offered.expected_generation, self.keeper.table.generation
+        if expected is None and SIBLING_HEADER.lower() not in request.headers:
+            raise ClientError(400, "PUT /admin/table needs expected_generation: the generation of the table this "
+                                   f"one was made from (GET /admin/table; {served} now)", "invalid_request_error")
+        if expected is not None and offered.generation <= expected:
+            raise ClientError(400, f"generation {offered.generation} is not above expected_generation {expected}: "
+                                   "a change is the next generation", "invalid_request_error")
+        if expected is not None and served > expected and self.keeper.table != offered.table():
+            message = (f"the proxy serves backend table generation {served}, made after generation {expected} this "
+                       "one was made from: read it again (GET /admin/table) and make the change on it")
+            raise ClientError(409, message, "conflict", body=msgspec.json.encode(
+                {"error": {"message": message, "type": "conflict", "code": 409}, "generation": served}))
+        applied = self.keeper.offer(offered.table())
         return _json({"generation": self.keeper.table.generation, "applied": applied})
 
     async def listing(self, request: Request) -> Response:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hmac
 import time
 from pathlib import Path
 from typing import Iterable
@@ -13,7 +15,8 @@ from functools import partial
 import aiohttp
 import msgspec
 
-from ascend_pd.proxy.admin import AdminRoutes, workload_document
+from ascend_pd.proxy.admin import MAX_ADMIN_BODY_BYTES, AdminRoutes, workload_document
+from ascend_pd.proxy.api_keys import ApiKeys
 from ascend_pd.proxy.backend_table import BackendTable, table_of
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
@@ -23,21 +26,22 @@ from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.flows import FlowEnv, RequestContext, serve
 from ascend_pd.proxy.health import check_forever, make_control_session
 from ascend_pd.proxy.ids import new_request_id
-from ascend_pd.proxy.metaserver import Metaserver
+from ascend_pd.proxy.metaserver import MAX_POST_BYTES, ForgedPost, Metaserver, posted_token
 from ascend_pd.proxy.metrics import ProxyMetrics
-from ascend_pd.proxy.openai_body import is_streaming, prompt_text
+from ascend_pd.proxy.openai_body import BadBody, client_body, is_streaming, prompt_text
 from ascend_pd.proxy.policies import RouteRequest, make_policy
 from ascend_pd.proxy.relay import relay
 from ascend_pd.proxy.settings import ProxySettings
 from ascend_pd.proxy.sibling_routes import SiblingRoutes
-from ascend_pd.proxy.siblings import SharedLoad, Siblings
+from ascend_pd.proxy.siblings import SIBLING_HEADER, SharedLoad, Siblings
 from ascend_pd.proxy.table_keeper import TableKeeper
+from ascend_pd.proxy.tls import server_context
 from ascend_pd.proxy.tokens import EstimatedTokens, TokenCounter
 from ascend_pd.proxy.upstream import make_client
 from ascend_pd.proxy.wire.server import Handler, HttpServer, Request, Response, Stream
 from ascend_pd.proxy.workload_window import EventCounter, RequestSample, WorkloadWindow, completion_tokens
 
-MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts with inline images fit; anything larger is refused with a 413
+INTERNAL_HEADERS = (SIBLING_HEADER.lower(),)  # only a sibling worker, on its private port, may send these
 
 
 class ProxyState:
@@ -56,6 +60,8 @@ class ProxyState:
         self.metrics = ProxyMetrics(self.pool, inflight=lambda: self.inflight)
         self.window = WorkloadWindow(settings.workload_window)
         self.metaserver = Metaserver()
+        self.api_keys = ApiKeys(settings.api_keys)
+        self.tls = server_context(settings.ssl_certfile, settings.ssl_keyfile)  # bad files fail here, before a fork
         self.policies = {"prefill": make_policy(settings.prefill_policy, "prefill policy"),
                          "decode": make_policy(settings.decode_policy, "decode policy"),
                          "colocated": make_policy(settings.decode_policy, "decode policy")}
@@ -92,14 +98,19 @@ class ProxyServer:
             ("GET", "/metrics"): partial(_metrics, proxy),
             ("POST", "/v1/metaserver"): partial(_metaserver, proxy),
         }
-        if settings.admin_token:
-            self.routes.update(AdminRoutes(proxy.keeper, settings.admin_token, proxy.window).routes())
+        admin = AdminRoutes(proxy.keeper, settings.admin_token, proxy.window).routes() if settings.admin_token else {}
+        self.routes.update(admin)
+        # with a listener of their own, the admin paths do not exist on the public port
+        self._admin_paths = {path for _, path in admin} if settings.admin_port is not None else set()
         if siblings is not None:
             self.routes = SiblingRoutes(self.routes, siblings, self.control, settings.timeouts.health,
                                         partial(workload_document, proxy.pool, proxy.window), proxy.keeper).routes()
         self._paths = {path for _, path in self.routes}
-        self.http = HttpServer(self._dispatch, MAX_BODY_BYTES)
-        self.private = HttpServer(self._dispatch, MAX_BODY_BYTES) if siblings is not None else None
+        self.http = HttpServer(self._public_dispatch, settings.limits, proxy.tls)
+        self.private = HttpServer(self._dispatch, settings.limits) if siblings is not None else None
+        self.admin = HttpServer(self._admin_dispatch, dataclasses.replace(
+            settings.limits, max_body_bytes=MAX_ADMIN_BODY_BYTES)) if self._admin_paths else None
+        self.admin_url: str | None = None
         self._tasks: list[asyncio.Task] = []
 
     async def start(self, host: str, port: int, reuse_port: bool = False) -> str:
@@ -118,8 +129,11 @@ class ProxyServer:
         if self.private is not None:
             await self.private.start_on(self.siblings.private_sockets[self.siblings.worker])
             await self._catch_up()
+        if self.admin is not None:  # every worker listens, as on the public port: any of them relays a change
+            admin_host, admin_port = await self.admin.start(settings.admin_host, settings.admin_port, reuse_port)
+            self.admin_url = f"http://{admin_host}:{admin_port}"
         bound_host, bound_port = await self.http.start(host, port, reuse_port)
-        return f"http://{bound_host}:{bound_port}"
+        return f"{'https' if self.proxy.tls else 'http'}://{bound_host}:{bound_port}"
 
     async def _catch_up(self) -> None:
         """A worker started again takes the newest table its siblings serve: changes made since the proxy started
@@ -140,12 +154,34 @@ class ProxyServer:
         await self.http.close()
         if self.private is not None:
             await self.private.close()
+        if self.admin is not None:
+            await self.admin.close()
         for task in [*self._tasks, *self.env.background]:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
         await self.env.client.close()
         await self.control.close()
+
+    async def _public_dispatch(self, request: Request) -> Response | Stream:
+        """A request from a client: internal headers it may have forged are dropped, and its API key checked."""
+        for name in INTERNAL_HEADERS:
+            request.headers.pop(name, None)
+        try:
+            self.proxy.api_keys.check(request)
+        except ClientError as exc:
+            return exc.response()
+        if request.path in self._admin_paths:
+            return ClientError(404, f"{request.method} {request.path}: not found", "invalid_request_error").response()
+        return await self._dispatch(request)
+
+    async def _admin_dispatch(self, request: Request) -> Response | Stream:
+        """A request on the admin listener: the admin endpoints and nothing else."""
+        for name in INTERNAL_HEADERS:
+            request.headers.pop(name, None)
+        if request.path not in self._admin_paths:
+            return ClientError(404, f"{request.method} {request.path}: not found", "invalid_request_error").response()
+        return await self._dispatch(request)
 
     async def _dispatch(self, request: Request) -> Response | Stream:
         handler = self.routes.get((request.method, request.path))
@@ -160,18 +196,21 @@ class ProxyServer:
 
 async def _completions(proxy: ProxyState, env: FlowEnv, request: Request) -> Response | Stream:
     endpoint = request.path
+    # refused requests are not demand: the workload window (what the autoscaler sizes for) never sees them
     if proxy.inflight >= proxy.settings.max_inflight:
         proxy.metrics.request_outcome(endpoint, "429").inc()
-        proxy.window.add(RequestSample(proxy.window.arrive(), 0, -1, -1.0, -1.0, False))  # demand all the same
         raise ClientError(429, f"the proxy is at its limit of {proxy.settings.max_inflight} requests in flight",
                           "rate_limit_exceeded", retry_after=proxy.settings.retry_after_seconds)
+    try:
+        ctx = _context(request, proxy)
+    except BadBody as exc:
+        proxy.metrics.request_outcome(endpoint, "400").inc()
+        raise ClientError(400, str(exc), "invalid_request_error") from None
     arrived, arrived_wall = time.perf_counter(), proxy.window.arrive()
     proxy.inflight += 1
     outcome = "cancelled"  # stays so if the client leaves before an answer
-    prompt_tokens, output_tokens, ttft, tpot = 0, -1, -1.0, -1.0
+    prompt_tokens, output_tokens, ttft, tpot = ctx.route.tokens, -1, -1.0, -1.0
     try:
-        ctx = _context(request, proxy)
-        prompt_tokens = ctx.route.tokens
         opened = await serve(ctx, env, proxy.mode_now())
         first_at = time.perf_counter()
         proxy.metrics.first_token_seconds.observe(first_at - arrived)
@@ -197,18 +236,13 @@ async def _completions(proxy: ProxyState, env: FlowEnv, request: Request) -> Res
     finally:
         proxy.inflight -= 1
         proxy.metrics.request_outcome(endpoint, outcome).inc()
-        if outcome != "400":  # a request the proxy refused to read is no part of the workload
+        if outcome != "400":  # a request an engine refused to read is no part of the workload's lengths
             proxy.metrics.prompt_tokens.observe(prompt_tokens)
             proxy.window.add(RequestSample(arrived_wall, prompt_tokens, output_tokens, ttft, tpot, outcome == "200"))
 
 
 def _context(request: Request, proxy: ProxyState) -> RequestContext:
-    try:
-        body = msgspec.json.decode(request.body)
-    except msgspec.DecodeError as exc:
-        raise ClientError(400, f"the request body is not JSON: {exc}", "invalid_request_error") from None
-    if not isinstance(body, dict):
-        raise ClientError(400, "the request body must be a JSON object", "invalid_request_error")
+    body = client_body(request.body)
     request_id = new_request_id()
     headers = {"X-Request-Id": request_id, "Content-Type": "application/json"}
     if "authorization" in request.headers:
@@ -238,23 +272,48 @@ async def _models(proxy: ProxyState, control: aiohttp.ClientSession, request: Re
                       retry_after=proxy.settings.retry_after_seconds)
 
 
+def _may_see_detail(proxy: ProxyState, request: Request) -> bool:
+    """Backend URLs, names and load are for the operator: the admin token's holders, or anyone with public_detail."""
+    if proxy.settings.public_detail:
+        return True
+    token = proxy.settings.admin_token
+    return bool(token) and hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                               f"Bearer {token}".encode())
+
+
 async def _health(proxy: ProxyState, request: Request) -> Response:
+    """The status code is for probes, open to all; the backends behind it only for those who may see detail."""
     servable = proxy.servable()
-    body = {"status": "ok" if servable else "unavailable", "mode": proxy.mode_now(), "inflight": proxy.inflight,
-            "backends": [b.describe() for b in proxy.pool.all()]}
+    body = {"status": "ok" if servable else "unavailable", "mode": proxy.mode_now()}
+    if _may_see_detail(proxy, request):
+        body.update(inflight=proxy.inflight, backends=[b.describe() for b in proxy.pool.all()])
     return Response(msgspec.json.encode(body), 200 if servable else 503)
 
 
 async def _metrics(proxy: ProxyState, request: Request) -> Response:
+    if not _may_see_detail(proxy, request):
+        raise ClientError(401, "/metrics names the backends: send 'Authorization: Bearer <admin token>', or start "
+                               "the proxy with --public-detail", "unauthorized")
     return Response(proxy.metrics.exposition(), content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 async def _metaserver(proxy: ProxyState, request: Request) -> Response:
+    """D's kv_transfer_params, taken only from the URL the proxy handed D: its token comes back as Basic auth."""
+    if len(request.body) > MAX_POST_BYTES:
+        raise ClientError(413, f"a metaserver post is at most {MAX_POST_BYTES} bytes", "invalid_request_error")
+    token = posted_token(request.headers.get("authorization"))
+    if token is None:
+        raise ClientError(403, "post to the metaserver URL the proxy handed D: it carries the request's token",
+                          "forbidden")
     try:
         payload = msgspec.json.decode(request.body)
     except msgspec.DecodeError:
         raise ClientError(400, "metaserver body must be the JSON kv_transfer_params of D", "invalid_request_error")
-    if not isinstance(payload, dict) or not proxy.metaserver.deliver(payload):
+    try:
+        delivered = isinstance(payload, dict) and proxy.metaserver.deliver(payload, token)
+    except ForgedPost:
+        raise ClientError(403, "this post does not carry the token of the request it names", "forbidden") from None
+    if not delivered:
         raise ClientError(404, "no request is waiting for these kv_transfer_params", "not_found")
     return Response(b'{"status":"ok"}')
 

@@ -8,16 +8,16 @@ proxy started: bash deployments keep it beside the proxy, Kubernetes mounts it f
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
+from ascend_pd.atomic import write_atomic
 from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.errors import InputError
-from ascend_pd.proxy.endpoints import Endpoint
+from ascend_pd.proxy.endpoints import Endpoint, backend_url
 
 if TYPE_CHECKING:
     from ascend_pd.proxy.backends import BackendPool
@@ -43,6 +43,19 @@ class BackendTable(msgspec.Struct, forbid_unknown_fields=True):
     def changed(self, backends: list[TableEntry], revision: str | None = None) -> BackendTable:
         """The next generation with `backends`."""
         return BackendTable(self.generation + 1, revision or self.revision, backends)
+
+
+class TableWrite(BackendTable, forbid_unknown_fields=True):
+    """PUT /admin/table's body: a table and the generation of the one its writer made it from (a compare-and-swap;
+    a field of the body rather than If-Match, so the condition travels with the table it guards)."""
+
+    expected_generation: int | None = None  # None only in a relay between a proxy's workers
+
+    def table(self) -> BackendTable:
+        return BackendTable(self.generation, self.revision, self.backends)
+
+
+Table = TypeVar("Table", bound=BackendTable)
 
 
 def entry_of(endpoint: Endpoint, draining: bool = False) -> TableEntry:
@@ -86,9 +99,9 @@ def encode_table(table: BackendTable) -> bytes:
     return msgspec.json.encode(table)
 
 
-def decode_table(body: bytes, source: str) -> BackendTable:
+def decode_table(body: bytes, source: str, kind: type[Table] = BackendTable) -> Table:
     try:
-        table = msgspec.json.decode(body, type=BackendTable)
+        table = msgspec.json.decode(body, type=kind)
     except msgspec.DecodeError as exc:
         raise InputError(f"not a backend table: {exc}", file=source, field="backends",
                          fix="write it as {\"generation\": N, \"revision\": ..., \"backends\": [{\"url\": ..., "
@@ -97,6 +110,10 @@ def decode_table(body: bytes, source: str) -> BackendTable:
         if entry.role not in ("prefill", "decode", "colocated"):
             raise InputError(f"role '{entry.role}' is not prefill, decode or colocated", file=source,
                              field=f"backends.{index}.role", fix="give one of prefill, decode, colocated")
+        canonical = backend_url(entry.url, source, f"backends.{index}.url")
+        if entry.url != canonical:  # the URL is the backend's key: another spelling would be another backend
+            raise InputError(f"'{entry.url}' is not written as the proxy names backends", file=source,
+                             field=f"backends.{index}.url", fix=f"write it as {canonical}")
     return table
 
 
@@ -113,13 +130,7 @@ def read_table(path: Path) -> BackendTable | None:
 
 
 def write_table(path: Path, table: BackendTable) -> None:
-    """Replace `path` with `table` at once (a reader sees the old table or the new one, never half)."""
+    """Replace `path` with `table` at once and on disk (a reader, or a worker started after a crash, finds the old
+    table or the new one, never half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(encode_table(table))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomic(path, encode_table(table))

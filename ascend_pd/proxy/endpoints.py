@@ -42,10 +42,29 @@ def endpoints_from_deployment(loaded: LoadedDeployment) -> list[Endpoint]:
 
 
 def endpoint_from_url(url: str, role: Role, flag: str) -> Endpoint:
-    """An endpoint given as --prefill/--decode/--colocated URL; named after its host:port."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None:
-        raise InputError(f"'{url}' is not an http://host:port URL", field=flag,
-                         fix=f"write it as {flag} http://10.0.0.1:8000")
-    return Endpoint(url=f"{parts.scheme}://{parts.hostname}:{parts.port}", role=role,
-                    instance=f"{parts.hostname}:{parts.port}")
+    """An endpoint given as --prefill/--decode/--colocated URL (or host:port); named after its host:port."""
+    canonical = backend_url(url if "://" in url else f"http://{url}", None, flag)
+    parts = urlsplit(canonical)
+    return Endpoint(url=canonical, role=role, instance=f"{parts.hostname}:{parts.port}")
+
+
+def backend_url(url: str, source: str | None, field: str) -> str:
+    """`url` as the proxy names a backend, http://host:port; InputError naming it when the proxy could not call it
+    (its client speaks plain HTTP) or it says more than where the engine listens (a path, a query, credentials)."""
+    fix = "write it as http://HOST:PORT, the engine's address (the proxy calls backends over plain HTTP)"
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = None
+    if parts.scheme != "http":
+        raise InputError(f"'{url}': the proxy calls backends over http only, not '{parts.scheme}'", file=source,
+                         field=field, fix=fix)
+    if not parts.hostname or port is None or parts.username is not None or parts.password is not None \
+            or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise InputError(f"'{url}' is not a backend address (http://host:port, nothing more)", file=source,
+                         field=field, fix=fix)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"http://{host}:{port}"
+
+

@@ -55,8 +55,20 @@ async def probe(session: aiohttp.ClientSession, backend: Backend, timeout: float
 
 
 async def check_forever(session: aiohttp.ClientSession, pool: BackendPool, interval: float, timeout: float) -> None:
+    """Probe every backend every `interval` seconds, for the proxy's life: a probe that fails in a way nobody
+    foresaw (a bug, an error of a library) is logged, the first of its kind with its traceback, and the checks go
+    on; ended, they would leave every breaker as it was, routing to dead backends and never back to recovered ones."""
     # heard from since the previous round of probes began: serving, whatever this round's probe says
     busy_grace = interval + timeout
+    logged: set[type] = set()  # kinds of unexpected failure already logged: one a tick would flood the log
     while True:
-        await asyncio.gather(*(probe(session, b, timeout, busy_grace) for b in pool.all()))
+        backends = pool.all()
+        outcomes = await asyncio.gather(*(probe(session, b, timeout, busy_grace) for b in backends),
+                                        return_exceptions=True)
+        for backend, outcome in zip(backends, outcomes):
+            if isinstance(outcome, Exception) and type(outcome) not in logged:
+                logged.add(type(outcome))
+                log.error("health check of %s backend %s failed unexpectedly (%s); the checks go on, and say no more "
+                          "of this kind of failure", backend.role, backend.url, type(outcome).__name__,
+                          exc_info=outcome)
         await asyncio.sleep(interval)

@@ -7,6 +7,43 @@ from typing import Any
 
 import msgspec
 
+INTERNAL_FIELDS = ("kv_transfer_params",)  # set by the proxy for P and D only: a client's own is dropped
+
+
+class BadBody(ValueError):
+    """A client body the proxy cannot route: not a JSON object, or a field it reads of the wrong type."""
+
+
+class _ReadFields(msgspec.Struct):
+    """The fields the proxy reads from a client body, with the types vLLM's OpenAI server accepts; other fields
+    pass to the engines unchecked."""
+
+    prompt: str | list[str | int | list[int]] | None = None
+    messages: list[dict[str, Any]] | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    min_tokens: int | None = None
+    n: int | None = None
+
+
+def client_body(raw: bytes) -> dict[str, Any]:
+    """The client's JSON body, its fields checked and the proxy's internal fields taken out; BadBody otherwise."""
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise BadBody(f"the request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadBody("the request body must be a JSON object")
+    try:
+        msgspec.convert(body, _ReadFields)
+    except msgspec.ValidationError as exc:
+        raise BadBody(str(exc)) from None
+    for name in INTERNAL_FIELDS:
+        body.pop(name, None)
+    return body
+
 
 def prompt_text(body: dict[str, Any]) -> str:
     """The text of a completions `prompt` or of every chat message, joined; token-id prompts become digits."""

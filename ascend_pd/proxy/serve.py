@@ -21,6 +21,7 @@ from ascend_pd.errors import InputError
 from ascend_pd.proxy.app import ProxyState, start_server
 from ascend_pd.proxy.event_loop import EventLoopChoice, new_event_loop
 from ascend_pd.proxy.memory_trace import install_from_environment
+from ascend_pd.proxy.settings import ProxySettings
 from ascend_pd.proxy.siblings import Siblings, make_siblings
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -47,6 +48,8 @@ def serve(make_proxy: Callable[[Siblings | None], ProxyState], host: str, port: 
         raise InputError(str(exc), field="--event-loop", fix="pip install uvloop, or pass --event-loop asyncio") \
             from None
     proxy = make_proxy(None)  # bad input (a policy name, a tokenizer file) fails here, once, before any fork
+    if proxy.settings.admin_port is not None:
+        check_admin_listener(proxy.settings, port)
     started(loop_name)
     if workers == 1:
         _run_worker(loop, proxy, host, port, reuse_port=False)
@@ -56,7 +59,18 @@ def serve(make_proxy: Callable[[Siblings | None], ProxyState], host: str, port: 
         raise SystemExit(1)
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_admin_listener(settings: ProxySettings, port: int) -> None:
+    """The admin listener's flags make sense together, and its port is free."""
+    if not settings.admin_token:
+        raise InputError("the admin endpoints exist only with an admin token: the admin port would serve nothing",
+                         field="--admin-port", fix="give the proxy its admin token, or leave out --admin-port")
+    if settings.admin_port == port:
+        raise InputError(f"port {port} is the public port", field="--admin-port",
+                         fix="give the admin endpoints a port of their own, or leave out --admin-port")
+    check_port_free(settings.admin_host, settings.admin_port, ("--admin-host", "--admin-port"))
+
+
+def check_port_free(host: str, port: int, flags: tuple[str, str] = ("--host", "--port")) -> None:
     """Bind once without SO_REUSEPORT, so a port another process holds (even with SO_REUSEPORT) is an error here and
     not a silent share."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -65,15 +79,18 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise listen_error(host, port, exc) from None
+            raise listen_error(host, port, exc, flags) from None
 
 
-def listen_error(host: str, port: int, exc: OSError) -> InputError:
-    """A bind failure as the flag to change: the port in use, or an address this machine does not have."""
+def listen_error(host: str, port: int, exc: OSError, flags: tuple[str, str] = ("--host", "--port")) -> InputError:
+    """A bind failure as the flag to change (`flags`: the host's and the port's): the port in use, or an address
+    this machine does not have."""
+    host_flag, port_flag = flags
     if exc.errno == errno.EADDRINUSE:
-        return InputError(f"port {port} is already in use on {host}", field="--port",
-                          fix=f"stop the process listening there (ss -ltnp 'sport = :{port}'), or pass another --port")
-    return InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--host",
+        return InputError(f"port {port} is already in use on {host}", field=port_flag,
+                          fix=f"stop the process listening there (ss -ltnp 'sport = :{port}'), or pass another "
+                              f"{port_flag}")
+    return InputError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", field=host_flag,
                       fix="pass an address of this machine, or 0.0.0.0 for all of them")
 
 

@@ -1,5 +1,5 @@
 """Proxy settings as one frozen value: flow mode, timeouts, limits, retries, health checks, engine load polling,
-admin token."""
+admin token, and the public port's limits, API keys and TLS."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Literal
 
 from ascend_pd.defaults import PROXY_POLICY
 from ascend_pd.deploy import Deployment
+from ascend_pd.proxy.wire.server import ServerLimits
 
 # pull: P first, then D with P's kv_transfer_params. push: P and D together with a shared transfer id (this
 # project's connector). layerwise: D first, P when D posts its blocks to /v1/metaserver (vllm-ascend's
@@ -42,10 +43,17 @@ class ProxySettings:
     breaker_open_seconds: float = 10.0
     handoff_grace: float = 30.0  # how long a D whose client left may run to pull and free P's KV (pull mode)
     admin_token: str | None = None
+    admin_port: int | None = None  # the admin endpoints on a listener of their own (None: on the public port)
+    admin_host: str = "127.0.0.1"  # where that listener binds: loopback keeps the admin API off the network
     workload_window: float = 60.0  # seconds of finished requests GET /v1/workload summarises
     metaserver_url: str | None = None  # layerwise: where D posts its block coordinates
     backend_table: str | None = None  # file of the backend table: read at start, watched, written on a change
     table_interval: float = 1.0  # seconds between looks at that file
+    limits: ServerLimits = field(default_factory=ServerLimits)  # what clients can make the HTTP server hold
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # empty: the OpenAI endpoints are open
+    public_detail: bool = False  # /health's backends and /metrics for anyone, not only the admin token's holders
+    ssl_certfile: str | None = None  # with ssl_keyfile: HTTPS on the public port
+    ssl_keyfile: str | None = None
 
 
 def mode_for(deployment: Deployment) -> Mode:

@@ -3,6 +3,7 @@ launch-proxy-<node>.sh on each node of proxy.extra_nodes, and a README for DIR."
 
 from __future__ import annotations
 
+from ascend_pd.deploy.secrets import ADMIN_TOKEN, ADMIN_TOKEN_FILE_ENV, KV_SECRET, KV_SECRET_ENV
 from ascend_pd.render.processes import LaunchPlan, NodePlan, ProxyReplica
 from ascend_pd.render.shell import node_section, process_summary, quote, script
 
@@ -31,11 +32,26 @@ stop() {
 """
 
 
+def secret_exports(secrets: dict[str, str]) -> list[str]:
+    """Point the processes at the bundle's secret files (env var -> path in the bundle): the secrets themselves never
+    reach a command line. A bundle copied without its secrets/ stops here, saying so."""
+    lines = ["# The deployment's secrets (render made them; they travel with this directory, never in a command)."]
+    for variable, relative in secrets.items():
+        lines += [f'export {variable}="$HERE/{relative}"',
+                  f'[[ -r "${variable}" ]] || {{ echo "${variable} is missing: copy the whole bundle, secrets/ '
+                  'included" >&2; exit 1; }']
+    return lines
+
+
+ENGINE_SECRETS = {KV_SECRET_ENV: KV_SECRET}
+PROXY_SECRETS = {ADMIN_TOKEN_FILE_ENV: ADMIN_TOKEN, KV_SECRET_ENV: KV_SECRET}
+
+
 def launch_script(plan: LaunchPlan, node: NodePlan) -> str:
     description = [f"Start every serving process of deployment '{plan.deployment.metadata.name}' on node {node.name}, "
                    "or only the processes named as arguments.",
                    "Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script)."]
-    body = ['ONLY="$*"', "", *node_section(plan, node, node.processes)]
+    body = ['ONLY="$*"', "", *secret_exports(ENGINE_SECRETS), "", *node_section(plan, node, node.processes)]
     return script(description, body)
 
 
@@ -80,7 +96,8 @@ def proxy_script(plan: LaunchPlan, replica: ProxyReplica) -> str:
         description.append(f"It is one of {len(plan.proxies)} replicas in front of the same backends (README.md).")
     argv = proxy_argv(plan, "DEPLOYMENT", replica.network.host_ip, replica.advertise_url, "TABLE")
     words = " ".join(quote(w) for w in ["start", replica.name, *argv])
-    body = [f"# The proxy listens on {replica.network.host_ip}:{proxy.port}. The backend table holds the changes made",
+    body = [*secret_exports(PROXY_SECRETS), "",
+            f"# The proxy listens on {replica.network.host_ip}:{proxy.port}. The backend table holds the changes made",
             "# since the deployment file was written (ascend-pd autoscale, the admin API); a restart keeps them.",
             words.replace("DEPLOYMENT", '"$HERE/deployment.yaml"').replace("TABLE", f'"$HERE/{BACKEND_TABLE_FILE}"')]
     return script(description, body)
@@ -124,7 +141,13 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
              f"Rendered by `ascend-pd render` from `deployment.yaml` (cluster `{plan.cluster.name}`, model "
              f"`{deployment.model.path}`, connector `{deployment.connector.implementation}` in "
              f"{deployment.connector.mode} mode). Render again after changing deployment.yaml; do not edit these "
-             "files by hand.", ""]
+             "files by hand.", "",
+             "`secrets/` holds the deployment's secrets, readable by their owner only: `kv.key`, which every "
+             "engine's KV connector and the proxy share to know each other, and `admin.token`, the proxy's admin "
+             "token that `ascend-pd autoscale` and `ascend-pd replan` read from here. They are not in any command "
+             "line: the launchers point the processes at the files. Copy them with the rest of this directory, keep "
+             "them out of version control (`secrets/.gitignore` does), and render again into this same directory, "
+             "which keeps them: a running engine and a new one must hold the same secrets.", ""]
     if "bash" in targets:
         lines += ["## With the bash launchers", "",
                   "1. Copy this directory to the same path on every node listed below, and the model weights to "
@@ -141,7 +164,9 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
                   "`kubectl apply -f k8s/` creates a ConfigMap with deployment.yaml and the serve scripts, one "
                   "Deployment per single-node instance, one LeaderWorkerSet per multi-node instance (needs the "
                   f"LeaderWorkerSet controller), and the proxy's Deployment (one replica {_on_nodes(proxy.nodes)}, "
-                  f"with {_workers_phrase(proxy.workers)}) and a Service in front of its replicas. Pods use host "
+                  f"with {_workers_phrase(proxy.workers)}) and a Service in front of its replicas, and "
+                  "(`k8s/secrets.yaml`, as private as `secrets/`) a Secret holding the deployment's secrets: engine "
+                  "pods mount `kv.key`, proxy pods both, read-only for their user. Pods use host "
                   "networking and are pinned to nodes by `kubernetes.io/hostname`, so cluster node names must be "
                   "Kubernetes node names (edit the cluster file, or the nodeSelector, when they differ).", ""]
     if plan.platform != "cpu":

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_pd.atomic import write_atomic
 from ascend_pd.deploy import (Deployment, Diagnostic, LoadedDeployment, dump_deployment, has_errors, parse_deployment,
                               validate)
+from ascend_pd.deploy.rules.names import INTERFACE, INTERFACE_RULE, unsafe_character
+from ascend_pd.errors import InputError
 from ascend_pd.hardware import shipped_clusters
 from ascend_pd.render.bash import bash_files, readme
+from ascend_pd.render.bundle_secrets import write_secrets
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
 from ascend_pd.render.ranktable import rank_table
@@ -28,6 +31,14 @@ class RenderOptions:
     interface: str | None = None  # overrides every node's interface from the cluster config
     image: str = DEFAULT_IMAGE  # container image with ascend-pd and vLLM (vllm-ascend on NPUs) for the k8s target
 
+    def __post_init__(self) -> None:
+        # the interface goes into comments and exports of every launcher, as the cluster file's does (APD305)
+        bad = self.interface is not None and unsafe_character(self.interface, INTERFACE)
+        if bad:
+            raise InputError(f"interface {self.interface!r} has {bad}, which is not safe in a launch script",
+                             field="--interface",
+                             fix=f"give the NIC's name: {INTERFACE_RULE}")
+
     def targets(self) -> set[str]:
         return {"bash", "k8s"} if self.target == "all" else {self.target}
 
@@ -35,7 +46,8 @@ class RenderOptions:
 @dataclass(frozen=True)
 class RenderResult:
     diagnostics: list[Diagnostic]
-    files: dict[str, str]  # relative path -> text; empty when validation found errors
+    files: dict[str, str]  # relative path -> text; empty when validation found errors. No secret is ever among them
+    k8s_deployment: str | None = None  # metadata.name when the k8s target was rendered: write_bundle writes its Secret
 
     @property
     def refused(self) -> bool:
@@ -115,20 +127,22 @@ def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptio
             for instance in plan.deployment.instances:
                 table = rank_table(plan.cluster, instance)
                 files[f"ranktables/{instance.name}.json"] = json.dumps(table, indent=2) + "\n"
+    k8s_deployment = None
     if "k8s" in targets:
         for name, objects in k8s_objects(plan, deployment_text, options.image, cluster_text).items():
             files[f"k8s/{name}"] = _yaml_documents(objects)
-    return RenderResult(diagnostics, dict(sorted(files.items())))
+        k8s_deployment = plan.deployment.metadata.name
+    return RenderResult(diagnostics, dict(sorted(files.items())), k8s_deployment)
 
 
-def write_bundle(files: dict[str, str], out: str | Path) -> list[Path]:
-    """Write the files under `out`; shell scripts become executable."""
+def write_bundle(files: dict[str, str], out: str | Path, k8s_deployment: str | None = None) -> list[Path]:
+    """Write the files under `out`, each replaced whole (a process starting meanwhile reads the old or the new), shell
+    scripts executable; then the bundle's secrets, kept when `out` has them, and with `k8s_deployment` (a
+    RenderResult's) the Secret manifest."""
     written = []
     for relative, text in files.items():
         path = Path(out) / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        if path.suffix == ".sh":
-            os.chmod(path, 0o755)
+        write_atomic(path, text, mode=0o755 if path.suffix == ".sh" else None)
         written.append(path)
-    return written
+    return written + write_secrets(out, k8s_deployment)

@@ -1,22 +1,35 @@
 """The Kubernetes target: a ConfigMap, a Deployment or LeaderWorkerSet per instance, the proxy's Deployment (one
-replica per proxy node) and Service.
+replica per proxy node) and Service, and the Secret with the deployment's secrets (written by write_bundle, never
+among the rendered files: render/bundle_secrets.py).
 
 Each instance pod runs serve-<instance>.sh from the ConfigMap: the same node sections the bash launchers print, so
 both targets start identical command lines."""
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
 from typing import Any
 
+from ascend_pd.deploy.secrets import (ADMIN_TOKEN, ADMIN_TOKEN_FILE_ENV, K8S_SECRET_MODE, K8S_SECRET_MOUNT,
+                                      KV_SECRET, KV_SECRET_ENV)
 from ascend_pd.render.bash import proxy_argv
 from ascend_pd.render.processes import LaunchPlan
 from ascend_pd.render.shell import node_section, quote, script
 
-CONFIG_DIR = "/etc/ascend-pd"
+# Beside the Secret's mount (K8S_SECRET_MOUNT, /etc/ascend-pd/secrets), not above it: the kubelet cannot make a
+# mount point inside a ConfigMap volume, which it keeps read-only.
+CONFIG_DIR = "/etc/ascend-pd/config"
 # The backend table's ConfigMap, mounted whole (the kubelet refreshes a directory mount, never a subPath one)
 TABLE_DIR = "/etc/ascend-pd-backends"
 TABLE_KEY = "backends.json"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
+# The Secret's keys are the file names in the bundle; each pod mounts only the keys its processes need.
+KV_KEY = Path(KV_SECRET).name
+ADMIN_KEY = Path(ADMIN_TOKEN).name
+ENGINE_SECRETS = (KV_KEY,)
+PROXY_SECRETS = (KV_KEY, ADMIN_KEY)  # the layerwise metaserver checks engines with the KV secret
+SECRET_ENV = {KV_KEY: KV_SECRET_ENV, ADMIN_KEY: ADMIN_TOKEN_FILE_ENV}
 
 # Host paths an Ascend container needs besides the devices the device plugin hands out: the driver's management
 # devices, its libraries and tools, and the files HCCL and the transports read (vllm-ascend's container guide).
@@ -61,10 +74,28 @@ def _object_name(plan: LaunchPlan, part: str) -> str:
     return f"{plan.deployment.metadata.name}-{part}"
 
 
-def _volumes(plan: LaunchPlan, with_ascend: bool) -> tuple[list[dict], list[dict]]:
+def secret_name(deployment_name: str) -> str:
+    return f"{deployment_name}-secrets"
+
+
+def secret_object(deployment_name: str, kv_secret: str, admin_token: str) -> dict[str, Any]:
+    """The deployment's Secret: the bundle's secrets/ files as keys (the manifest is as private as they are)."""
+    def encoded(text: str) -> str:
+        return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": secret_name(deployment_name), "labels": _labels_of(deployment_name, "secrets")},
+            "data": {KV_KEY: encoded(kv_secret), ADMIN_KEY: encoded(admin_token)}}
+
+
+def _volumes(plan: LaunchPlan, with_ascend: bool, secrets: tuple[str, ...]) -> tuple[list[dict], list[dict]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": _object_name(plan, "config"), "defaultMode": 0o755}}]
-    mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}]
+        {"name": "config", "configMap": {"name": _object_name(plan, "config"), "defaultMode": 0o755}},
+        {"name": "secrets", "secret": {"secretName": secret_name(plan.deployment.metadata.name),
+                                       "defaultMode": K8S_SECRET_MODE,
+                                       "items": [{"key": key, "path": key} for key in secrets]}}]
+    mounts: list[dict[str, Any]] = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                                    {"name": "secrets", "mountPath": K8S_SECRET_MOUNT, "readOnly": True}]
     if not with_ascend:
         return volumes, mounts
     volumes += [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
@@ -78,13 +109,14 @@ def _volumes(plan: LaunchPlan, with_ascend: bool) -> tuple[list[dict], list[dict
 
 
 def _pod_spec(plan: LaunchPlan, command: list[str], resources: dict[str, int], placement: dict[str, Any],
-              with_devices: bool, image: str) -> dict[str, Any]:
-    volumes, mounts = _volumes(plan, with_devices and plan.platform != "cpu")
+              with_devices: bool, image: str, secrets: tuple[str, ...]) -> dict[str, Any]:
+    volumes, mounts = _volumes(plan, with_devices and plan.platform != "cpu", secrets)
     container: dict[str, Any] = {
         "name": "main", "image": image, "command": command,
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "RUN_DIR", "value": "/tmp/ascend-pd/run"},
-                {"name": "LOG_DIR", "value": "/tmp/ascend-pd/logs"}],
+                {"name": "LOG_DIR", "value": "/tmp/ascend-pd/logs"},
+                *({"name": SECRET_ENV[key], "value": f"{K8S_SECRET_MOUNT}/{key}"} for key in secrets)],
         "volumeMounts": mounts,
     }
     if resources:
@@ -121,19 +153,19 @@ def instance_objects(plan: LaunchPlan, instance: str, image: str) -> list[dict[s
     if len(nodes) == 1:
         template = {"metadata": {"labels": labels},
                     "spec": _pod_spec(plan, command, _device_request(plan, instance, nodes[0]), _pinned(nodes[0]),
-                                      True, image)}
+                                      True, image, ENGINE_SECRETS)}
         return [{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
                  "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
                           "template": template}}]
     worker_labels = {**labels, "ascend-pd/part": "worker"}
     leader = {"metadata": {"labels": {**labels, "ascend-pd/part": "leader"}},
               "spec": _pod_spec(plan, command, _device_request(plan, instance, nodes[0]), _pinned(nodes[0]), True,
-                                image)}
+                                image, ENGINE_SECRETS)}
     workers = nodes[1:]
     worker_placement = _pinned(workers[0]) if len(workers) == 1 else _spread_over(workers, worker_labels)
     worker = {"metadata": {"labels": worker_labels},
               "spec": _pod_spec(plan, command, _device_request(plan, instance, workers[0]), worker_placement, True,
-                                image)}
+                                image, ENGINE_SECRETS)}
     return [{"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": {"name": name, "labels": labels},
              "spec": {"replicas": 1, "startupPolicy": "LeaderCreated",
                       "leaderWorkerTemplate": {"size": len(nodes), "restartPolicy": "RecreateGroupOnPodRestart",
@@ -187,7 +219,7 @@ def proxy_objects(plan: LaunchPlan, image: str) -> list[dict[str, Any]]:
     # One pod template for every replica: each listens on, and advertises, the address of the node it runs on.
     command = proxy_argv(plan, f"{CONFIG_DIR}/deployment.yaml", "$(HOST_IP)", f"http://$(HOST_IP):{proxy.port}",
                          f"{TABLE_DIR}/{TABLE_KEY}")
-    spec = _pod_spec(plan, command, {}, placement, False, image)
+    spec = _pod_spec(plan, command, {}, placement, False, image, PROXY_SECRETS)
     table_map = backend_table_name(plan.deployment.metadata.name)
     spec["volumes"].append({"name": "backends", "configMap": {"name": table_map}})
     spec["containers"][0]["volumeMounts"].append({"name": "backends", "mountPath": TABLE_DIR, "readOnly": True})

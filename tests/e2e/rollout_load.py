@@ -144,10 +144,10 @@ class Load:
         return list(self.answers)
 
 
-def routed(proxy_url: str, backend: str) -> float:
-    """How many times the proxy's policies chose `backend` (instance/dpN)."""
+def routed(proxy_url: str, backend: str, token: str) -> float:
+    """How many times the proxy's policies chose `backend` (instance/dpN); `token` is the proxy's admin token."""
     total = 0.0
-    for line in http_text(f"{proxy_url}/metrics").splitlines():
+    for line in http_text(f"{proxy_url}/metrics", token=token).splitlines():
         if line.startswith("ascend_pd_proxy_routing_decisions_total{") and f'backend="{backend}"' in line:
             total += float(line.rsplit(" ", 1)[1])
     return total

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from ascend_pd.deploy import parse_deployment
+from ascend_pd.deploy.secrets import ADMIN_TOKEN
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,8 +81,10 @@ def open_stream(url: str, body: dict, timeout: float = 300.0) -> tuple[http.clie
         time.sleep(wait)
 
 
-def http_text(url: str, timeout: float = 10.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def http_text(url: str, timeout: float = 10.0, token: str | None = None) -> str:
+    """The body of a GET; `token` is the proxy's admin token, which its /metrics and /health detail ask for."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
         return response.read().decode()
 
 
@@ -166,6 +169,11 @@ class Stack:
     @property
     def proxy_url(self) -> str:
         return f"http://127.0.0.1:{self.deployment['proxy']['port']}"
+
+    @property
+    def admin_token(self) -> str:
+        """The admin token render wrote into the bundle, which the rendered proxy was started with."""
+        return (self.render_dir / ADMIN_TOKEN).read_text().strip()
 
     def endpoint_urls(self, role: str) -> list[str]:
         """Where the deployment's rank layout puts the role's engines, as the proxy reaches them."""

@@ -123,7 +123,7 @@ class HostsStack(Stack):
         deadline = time.monotonic() + PROXY_READY_S
         while time.monotonic() < deadline:
             try:
-                urllib.request.urlopen(url, timeout=2).read()
+                http_text(url, timeout=2, token=self.admin_token)  # the token: which backends, if it fails
                 return
             except urllib.error.HTTPError as unavailable:
                 body = unavailable.read().decode(errors="replace")

@@ -65,7 +65,7 @@ class RecordingAdmin(ProxyAdmin):
                            if e.url == url]
             self.add(url, endpoint.role, endpoint.instance, endpoint.dp_rank, asdict(endpoint.kv))
         self.busy_at_drain[drained["name"]] = drained["proxy_inflight"]
-        self.routed_at_drain[drained["name"]] = routed(self.url, drained["name"])
+        self.routed_at_drain[drained["name"]] = routed(self.url, drained["name"], TOKEN)
 
 
 class Running:
@@ -166,7 +166,7 @@ def test_rollout_adds_a_decode_instance_and_drains_the_first_under_load(running)
             assert [i.name for i in after_add.instances] == ["prefill-0", "decode-0", "decode-1"], log.lines
             # both decode instances serve side by side for a while
             deadline = time.monotonic() + 120
-            while routed(proxy_url, "decode-1/dp0") < 2 * CLIENTS:
+            while routed(proxy_url, "decode-1/dp0", TOKEN) < 2 * CLIENTS:
                 assert time.monotonic() < deadline, "the proxy routes (almost) nothing to the added decode instance"
                 time.sleep(0.5)
 
@@ -199,21 +199,21 @@ def test_rollout_adds_a_decode_instance_and_drains_the_first_under_load(running)
     assert len(answers) >= 30, len(answers)
 
     # decode-1 served after it joined (the proxy chose it, its engine answered)
-    assert routed(proxy_url, "decode-1/dp0") >= 4 * CLIENTS
+    assert routed(proxy_url, "decode-1/dp0", TOKEN) >= 4 * CLIENTS
     deadline = time.monotonic() + 30
     while metric(http_text(f"{decode1_url}/metrics"), "vllm:request_success_total") < 4 * CLIENTS:
         assert time.monotonic() < deadline, "decode-1's engine did not count the requests routed to it"
         time.sleep(1)
     # decode-0 was drained with requests in flight, was chosen for none after that, and is gone
     assert admin.busy_at_drain["decode-0/dp0"] >= 1, admin.busy_at_drain
-    assert routed(proxy_url, "decode-0/dp0") == admin.routed_at_drain["decode-0/dp0"] > 0
+    assert routed(proxy_url, "decode-0/dp0", TOKEN) == admin.routed_at_drain["decode-0/dp0"] > 0
     assert not (bundle / "run" / "decode-0-dp0.pid").exists()
     assert not group_alive(decode0_pid), "decode-0's processes outlived its stop"
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{decode0_url}/health", timeout=2)
     assert sorted(admin.backends()) == [prefill_url, decode1_url]
     # nothing failed behind the proxy's back either (a retried call, a failed KV handoff)
-    proxy_metrics = http_text(f"{proxy_url}/metrics")
+    proxy_metrics = http_text(f"{proxy_url}/metrics", token=TOKEN)
     for counter in ("backend_failures", "retries", "handoff_failures", "stream_errors"):
         assert metric(proxy_metrics, f"ascend_pd_proxy_{counter}_total") == 0, counter
 

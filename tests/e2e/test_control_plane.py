@@ -80,7 +80,7 @@ class KillingPlane(ControlPlane):
             self.busy_at_drain = self.backends()[url]["proxy_inflight"]
             if self.busy_at_drain:
                 return
-            self.publish(with_entry(self.table(), serving))
+            self.change(lambda table: with_entry(table, serving))
 
     def remove(self, url: str) -> None:
         if url == self.drained_url and self.killed is None:
@@ -247,7 +247,7 @@ def test_a_flip_and_a_retirement_under_load_through_two_replicas_lose_nothing(ru
     assert_prompt_kv_came_from_prefill(f"http://127.0.0.1:{PORT_BASE + 20}")
     assert metric(http_text(f"http://127.0.0.1:{PORT_BASE + 20}/metrics"), "vllm:ascend_pd_kv_failures_total") == 0
     for replica in replicas:
-        proxy_metrics = http_text(f"{replica}/metrics")
+        proxy_metrics = http_text(f"{replica}/metrics", token=TOKEN)
         for counter in ("backend_failures", "retries", "handoff_failures", "stream_errors"):
             assert metric(proxy_metrics, f"ascend_pd_proxy_{counter}_total") == 0, (replica, counter)
 

@@ -78,7 +78,7 @@ def test_a_first_token_of_eos_is_an_empty_stopped_answer_not_a_backend_fault(pd)
     reply = http_json(f"{pd.proxy_url}/v1/completions", eos_first_body(pd.model, pd.eos_prompt))
     choice = reply["choices"][0]
     assert (choice["text"], choice["finish_reason"], choice["token_ids"]) == ("", "stop", [EOS_TOKEN_ID])
-    proxy_metrics = http_text(f"{pd.proxy_url}/metrics")
+    proxy_metrics = http_text(f"{pd.proxy_url}/metrics", token=pd.admin_token)
     assert metric(proxy_metrics, "ascend_pd_proxy_backend_failures_total") == 0
     assert metric(proxy_metrics, "ascend_pd_proxy_prefill_without_kv_params_total") == 0
 

@@ -15,7 +15,7 @@ PACKAGE = ROOT / "ascend_pd"
 # docs/design.md, "Layers": a package imports from its own layer or a lower one. The loose modules at the top are
 # below everything: they import nothing of the package but each other.
 LAYERS = {
-    "errors": 0, "defaults": 0, "yamlfile": 0,
+    "errors": 0, "defaults": 0, "yamlfile": 0, "atomic": 0,
     "hardware": 1, "models": 1,
     "perf": 2, "deploy": 2,
     "planner": 3, "render": 3,
@@ -27,7 +27,7 @@ SIDEWAYS = {("deploy", "perf"), ("connector", "kernels"), ("autoscale", "proxy")
 # the endpoint list, the backend table and the workload window's data: what the proxy says, never its server
 AUTOSCALE_READS_OF_PROXY = {"ascend_pd.proxy.endpoints", "ascend_pd.proxy.backend_table",
                             "ascend_pd.proxy.workload_window"}
-PROXY_READS_BELOW = {"deploy", "defaults", "errors"}
+PROXY_READS_BELOW = {"deploy", "defaults", "errors", "atomic"}
 HEAVY = {"torch", "torch_npu", "vllm", "vllm_ascend", "mooncake", "aiohttp", "zmq", "httptools", "uvloop"}
 
 

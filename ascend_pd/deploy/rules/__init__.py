@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ascend_pd.deploy.rules.base import RULES, Context, rule
-from ascend_pd.deploy.rules import (connector, generations, model_fit, pd_match,  # noqa: F401  (registers rules)
-                                    placement, ports, roles)
+from ascend_pd.deploy.rules import (connector, generations, model_fit, names,  # noqa: F401  (registers rules)
+                                    pd_match, placement, ports, roles)
 
 __all__ = ["RULES", "Context", "rule"]

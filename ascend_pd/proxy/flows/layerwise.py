@@ -1,5 +1,6 @@
-"""Layerwise flow (vllm-ascend MooncakeLayerwiseConnector): D first with the metaserver URL; when D posts its
-block coordinates there, P is dispatched with them and pushes the KV layer by layer."""
+"""Layerwise flow (vllm-ascend MooncakeLayerwiseConnector): D first with the metaserver URL, which carries a token of
+this request's own (metaserver.py); when D posts its block coordinates there, P is dispatched with them and pushes the
+KV layer by layer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ascend_pd.proxy.failures import UpstreamFailure
 from ascend_pd.proxy.flows.concurrent import first_answer_of_decode
 from ascend_pd.proxy.flows.context import FlowEnv, RequestContext, StartOver
 from ascend_pd.proxy.flows.prefill import prefill_on_any
+from ascend_pd.proxy.metaserver import url_with_token
 from ascend_pd.proxy.openai_body import decode_body
 from ascend_pd.proxy.upstream import Opened, open_answer
 
@@ -17,8 +19,9 @@ from ascend_pd.proxy.upstream import Opened, open_answer
 async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
     decode = env.pick("decode", ctx)
     lease = decode.lease(ctx.route.tokens)
-    to_decode = handoff.encode(handoff.LayerwiseToDecode(metaserver=env.settings.metaserver_url))
-    coordinates = env.metaserver.expect(ctx.request_id)
+    token, coordinates = env.metaserver.expect(ctx.request_id)
+    metaserver = url_with_token(env.settings.metaserver_url, token)
+    to_decode = handoff.encode(handoff.LayerwiseToDecode(metaserver=metaserver))
     decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming))
     try:

@@ -1,25 +1,53 @@
 """The proxy's HTTP/1.1 server: an asyncio protocol around llhttp (httptools), one handler task per request.
 
-What a proxy needs and no more: keep-alive, requests in order on a connection, bodies up to a limit, whole answers
-with Content-Length and streamed ones with chunked encoding, back-pressure from slow clients, and a client that
-disconnects cancelling its handler (which is what closes the backend calls it made)."""
+What a proxy needs and no more: keep-alive, requests in order on a connection, whole answers with Content-Length and
+streamed ones with chunked encoding, back-pressure from slow clients, and a client that disconnects cancelling its
+handler (which is what closes the backend calls it made).
+
+It faces any client on the network, so everything a client can make it hold is bounded (ServerLimits): connections,
+requests queued on one connection, header and body bytes, body bytes held across connections, and the time a request
+may take to arrive. A request over a limit, or bytes that are not HTTP, get an error answer in their turn and the
+connection closes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import socket
+import ssl
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Awaitable, Callable
 
 import httptools
+import msgspec
 
 log = logging.getLogger("ascend_pd.proxy.server")
 
-KEEP_ALIVE_SECONDS = 75.0  # an idle client connection is closed after this (aiohttp's and nginx's default)
-# a client that accepts no byte of its answer for this long is cut off, so it cannot hold a backend stream forever
-WRITE_STALL_SECONDS = 120.0
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one client (or all of them) can make one server process hold. Sized for real serving: thousands of
+    connections, prompts of tens of MB."""
+
+    max_connections: int = 10_000  # open client connections; one more is answered 503 and closed
+    max_pipelined: int = 32  # requests read ahead on one connection; reading pauses while that many wait
+    max_header_bytes: int = 64 * 1024  # request line and headers; more is a 431
+    max_body_bytes: int = 64 * 1024 * 1024  # one body (long prompts with inline images fit); more is a 413
+    max_buffered_bytes: int = 1024 * 1024 * 1024  # bodies held across connections; a body past it is a 503
+    read_timeout: float = 60.0  # a request must arrive whole this long after its first byte, or the connection closes
+    keep_alive: float = 75.0  # an idle client connection is closed after this (aiohttp's and nginx's default)
+    # a client that accepts no byte of its answer for this long is cut off, so it cannot hold a backend stream forever
+    write_stall: float = 120.0
+
+
+class _Refused(Exception):
+    """Raised in a parser callback: the request in progress is answered `status` in its turn, and reading stops."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class ClientGone(Exception):
@@ -34,7 +62,7 @@ class Request:
     body: bytes
     keep_alive: bool
     _connection: "_ServerConnection" = field(repr=False)
-    refused: int | None = None  # a status sent without calling the handler (413: body over the limit)
+    refused: _Refused | None = None  # answered without calling the handler, then the connection closes
 
     def stream(self, status: int = 200, headers: dict[str, str] | None = None) -> "Stream":
         """Start a chunked answer; its head goes out with the first write."""
@@ -114,14 +142,15 @@ class Stream:
 class _ServerConnection(asyncio.Protocol):
     def __init__(self, server: "HttpServer", loop: asyncio.AbstractEventLoop):
         self._server = server
+        self._limits = server.limits
         self._loop = loop  # kept: asyncio.get_running_loop() costs a getpid() system call on every use
         self._parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self._url = b""
         self._headers: dict[str, str] = {}
+        self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        self._refused: int | None = None
         self._queue: list[Request] = []
         self._task: asyncio.Task | None = None
         self._drained: asyncio.Future | None = None
@@ -129,27 +158,51 @@ class _ServerConnection(asyncio.Protocol):
         self.pressure: Callable[[bool], None] | None = None
         self.keep_alive = True
         self.closed = False
+        self._reading = True  # False while the pipelined queue is full
+        self._stopped = False  # a request was refused: nothing more is read from this client
+        self._in_message = False
+        self._held = 0  # body bytes of this connection counted in the server's buffered total
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._read_timer: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if len(self._server.connections) >= self._limits.max_connections:
+            self.closed = True
+            transport.write(_refusal(503, "the proxy is at its limit of open connections"))
+            transport.close()
+            return
         self._server.connections.add(self)
-        self._arm_idle_timer()
+        self._idle_timer = self._loop.call_later(self._limits.keep_alive, self._idle_close)
 
     def data_received(self, data: bytes) -> None:
+        if self._stopped:
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse_now(400, "protocol upgrades are not supported")
+            self._refuse(_Refused(400, "protocol upgrades are not supported"))
+        except httptools.HttpParserCallbackError as exc:
+            refused = exc.__context__
+            if not isinstance(refused, _Refused):
+                log.error("reading a request failed", exc_info=refused)
+                refused = _Refused(400, "malformed HTTP request")
+            self._refuse(refused)
         except httptools.HttpParserError:
-            self._refuse_now(400, "malformed HTTP request")
+            self._refuse(_Refused(400, "malformed HTTP request"))
 
     def connection_lost(self, exc) -> None:
-        self.closed = True
-        self._server.connections.discard(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+        if self.closed:  # refused at connect: never counted
+            return
+        self.closed = True
+        self._server.connections.discard(self)
+        self._server.buffered -= self._held
+        self._held = 0
         if self._task is not None and not self._task.done():
             self._task.cancel()  # the client left: its handler stops, and with it the backend calls it made
         if self._drained is not None and not self._drained.done():
@@ -171,41 +224,86 @@ class _ServerConnection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self._url = b""
         self._headers = {}
+        self._header_bytes = 0
         self._body = []
         self._body_size = 0
-        self._refused = None
-        self._arm_idle_timer()  # a request gets one keep-alive period to arrive whole
+        self._in_message = True
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        # a request gets one read period to arrive whole, whatever runs before it on this connection
+        self._read_timer = self._loop.call_later(self._limits.read_timeout, self._read_timed_out)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_header_bytes(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)  # with ": " and CRLF, so empty headers count too
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def _count_header_bytes(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > self._limits.max_header_bytes:
+            raise _Refused(431, f"request headers over {self._limits.max_header_bytes} bytes")
 
     def on_headers_complete(self) -> None:
         length = self._headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self._server.max_body:
-            self._refused = 413
-        elif self._headers.get("expect", "").lower() == "100-continue":
+        if length is not None and length.isdigit() and int(length) > self._limits.max_body_bytes:
+            raise _Refused(413, "request body too large")
+        if self._headers.get("expect", "").lower() == "100-continue" and self._task is None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits a second for this on big bodies
 
     def on_body(self, body: bytes) -> None:
-        self._body_size += len(body)
-        if self._body_size > self._server.max_body:
-            self._refused = 413
-        elif self._refused is None:
-            self._body.append(body)
+        size = len(body)
+        self._body_size += size
+        if self._body_size > self._limits.max_body_bytes:  # a chunked body has no length to check up front
+            raise _Refused(413, "request body too large")
+        if self._server.buffered + size > self._limits.max_buffered_bytes:
+            raise _Refused(503, "the proxy holds too many request bodies; retry shortly")
+        self._server.buffered += size
+        self._held += size
+        self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._in_message = False
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        if len(self._queue) >= self._limits.max_pipelined:  # sent in one burst, past the pause below
+            raise _Refused(503, f"more than {self._limits.max_pipelined} pipelined requests")
         path = self._url.split(b"?", 1)[0].decode("latin-1")
-        request = Request(self._parser.get_method().decode("latin-1"), path, self._headers,
-                          b"".join(self._body), self._parser.should_keep_alive(), self, self._refused)
-        if self._idle_timer is not None:  # armed until a whole request is in: a half-sent one does not hold on
-            self._idle_timer.cancel()
-            self._idle_timer = None
+        self._enqueue(Request(self._parser.get_method().decode("latin-1"), path, self._headers,
+                              b"".join(self._body), self._parser.should_keep_alive(), self))
+        if len(self._queue) >= self._limits.max_pipelined:
+            self._pause_reading()
+
+    def _pause_reading(self) -> None:
+        """Stop reading this client. The read timeout of a request it was sending waits too: its slowness is ours."""
+        if self._reading:
+            self._reading = False
+            self.transport.pause_reading()
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _resume_reading(self) -> None:
+        self._reading = True
+        self.transport.resume_reading()
+        if self._in_message:
+            self._read_timer = self._loop.call_later(self._limits.read_timeout, self._read_timed_out)
+
+    def _enqueue(self, request: Request) -> None:
         self._queue.append(request)
         if self._task is None:
             self._task = self._loop.create_task(self._serve_queue())
+
+    def _refuse(self, refused: _Refused) -> None:
+        """Answer the request in progress with `refused` after those before it, then close; read no more."""
+        self._stopped = True
+        self._in_message = False
+        self._pause_reading()
+        self._enqueue(Request("", "", {}, b"", False, self, refused))
 
     # writing, used by Stream and answers
     def write(self, data: bytes) -> None:
@@ -217,7 +315,7 @@ class _ServerConnection(asyncio.Protocol):
             raise ClientGone()
         if self.paused:
             self._drained = self._loop.create_future()
-            stalled = self._loop.call_later(self._server.write_stall, self._stalled)
+            stalled = self._loop.call_later(self._limits.write_stall, self._stalled)
             try:
                 await self._drained
             finally:
@@ -229,19 +327,30 @@ class _ServerConnection(asyncio.Protocol):
         try:
             while self._queue and not self.closed:
                 request = self._queue.pop(0)
+                if not self._reading and not self._stopped:
+                    self._resume_reading()
                 self.keep_alive = request.keep_alive and not self._server.closing
-                if request.refused:
-                    self.keep_alive = False
-                    self._answer(Response(b'{"error": {"message": "request body too large", "code": 413}}', 413))
-                else:
+                if request.refused is not None:
+                    self.write(_refusal(request.refused.status, request.refused.message))
+                    self.transport.close()
+                    return
+                try:
                     await self._serve(request)
-                    self.pressure = None
+                finally:
+                    self._release(len(request.body))
+                self.pressure = None
                 if not self.keep_alive:
                     self.transport.close()
                     return
-            self._arm_idle_timer()
+            if not self.closed and not self._in_message:
+                self._idle_timer = self._loop.call_later(self._limits.keep_alive, self._idle_close)
         finally:
             self._task = None
+
+    def _release(self, size: int) -> None:
+        if not self.closed:
+            self._held -= size
+            self._server.buffered -= size
 
     async def _serve(self, request: Request) -> None:
         try:
@@ -266,36 +375,39 @@ class _ServerConnection(asyncio.Protocol):
         head = "".join(_head(response.status, headers, self.keep_alive) + ["\r\n"]).encode("latin-1")
         self.write(head + response.body)
 
-    def _refuse_now(self, status: int, message: str) -> None:
-        self.keep_alive = False
-        self._answer(Response(b'{"error": {"message": "%b", "code": %d}}' % (message.encode(), status), status))
-        self.transport.close()
-
-    def _arm_idle_timer(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-        if not self.closed:
-            self._idle_timer = self._loop.call_later(self._server.keep_alive, self._idle_close)
-
     def _stalled(self) -> None:
-        log.warning("a client read nothing of its answer for %.0f s; closing its connection", self._server.write_stall)
+        log.warning("a client read nothing of its answer for %.0f s; closing its connection", self._limits.write_stall)
         self.transport.abort()  # connection_lost follows: the waiting write raises ClientGone, the handler stops
 
     def _idle_close(self) -> None:
         if self._task is None and not self.closed:
             self.transport.close()
 
+    def _read_timed_out(self) -> None:
+        """A request still arriving after the read timeout: a slow or stuck client, closed even while a request
+        before it is served (its handler stops too)."""
+        self._read_timer = None
+        if not self.closed:
+            self.transport.abort()
+
+
+def _refusal(status: int, message: str) -> bytes:
+    """A whole error answer that closes the connection."""
+    kind = "service_unavailable" if status == 503 else "invalid_request_error"
+    body = msgspec.json.encode({"error": {"message": message, "type": kind, "code": status}})
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    return "".join(_head(status, headers, keep_alive=False) + ["\r\n"]).encode("latin-1") + body
+
 
 class HttpServer:
     """Serves `handler` on a listening socket until close()."""
 
-    def __init__(self, handler: Handler, max_body: int, keep_alive: float = KEEP_ALIVE_SECONDS,
-                 write_stall: float = WRITE_STALL_SECONDS):
+    def __init__(self, handler: Handler, limits: ServerLimits = ServerLimits(), tls: ssl.SSLContext | None = None):
         self.handler = handler
-        self.max_body = max_body
-        self.keep_alive = keep_alive
-        self.write_stall = write_stall
+        self.limits = limits
+        self.tls = tls  # serve HTTPS with it
         self.connections: set[_ServerConnection] = set()
+        self.buffered = 0  # request body bytes held by every connection
         self.closing = False
         self._server: asyncio.AbstractServer | None = None
 
@@ -303,14 +415,14 @@ class HttpServer:
         """Listen; returns the bound (host, port). `reuse_port` lets sibling worker processes share the port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _ServerConnection(self, loop), host, port, reuse_address=True,
-                                                reuse_port=reuse_port or None, backlog=4096)
+                                                reuse_port=reuse_port or None, backlog=4096, ssl=self.tls)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 
     async def start_on(self, sock: socket.socket) -> None:
         """Listen on a socket made (and bound) elsewhere: a worker's private port, made before the fork."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerConnection(self, loop), sock=sock)
+        self._server = await loop.create_server(lambda: _ServerConnection(self, loop), sock=sock, ssl=self.tls)
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop accepting; give requests in flight `grace` seconds, then close every connection."""

@@ -36,6 +36,10 @@ start() {
 
 ONLY="$*"
 
+# The deployment's secrets (render made them; they travel with this directory, never in a command).
+export ASCEND_PD_KV_SECRET_FILE="$HERE/secrets/kv.key"
+[[ -r "$ASCEND_PD_KV_SECRET_FILE" ]] || { echo "$ASCEND_PD_KV_SECRET_FILE is missing: copy the whole bundle, secrets/ included" >&2; exit 1; }
+
 # Node a3-01: host 192.168.2.12, interface enp189s0f0.
 export VLLM_HOST_IP=192.168.2.12
 export GLOO_SOCKET_IFNAME=enp189s0f0

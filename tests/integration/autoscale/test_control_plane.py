@@ -1,7 +1,7 @@
 """The autoscaler's control plane over two real proxy replicas of two workers each (fake engines behind them): a
 change reaches every worker of every replica before it returns, requests in flight and the workload are counted over
-all of them, a replica that is down fails a change in bounded time naming it, and one started again from nothing is
-brought up to the table by the next reconcile."""
+all of them, a replica that is down fails a change in bounded time naming it, one started again from nothing is
+brought up to the table by the next reconcile, and a change never writes over one another writer made meanwhile."""
 
 import asyncio
 import subprocess
@@ -14,8 +14,9 @@ import pytest
 import pytest_asyncio
 
 from ascend_pd.autoscale.control_plane import ControlPlane
-from ascend_pd.autoscale.proxy_admin import StepFailed
+from ascend_pd.autoscale.proxy_admin import StepFailed, http_json
 from ascend_pd.autoscale.stores import TableStore
+from ascend_pd.proxy.backend_table import draining
 from ascend_pd.proxy.endpoints import endpoint_from_url
 from tests.fakes.vllm_api import Behaviour, FakeEngine, wait_healthy
 from tests.ports import free_port
@@ -158,3 +159,46 @@ async def test_a_change_made_by_hand_on_one_replica_is_built_on_not_hidden_behin
         assert served["worker_generations"] == [3, 3], served
         states = {e["url"]: e.get("draining", False) for e in served["backends"]}
         assert states[first.url] is False and states[second.url] is True  # the hand-made drain reached B too
+
+
+
+def drain_by_hand(replica: Replica, url: str) -> None:
+    """An operator's drain on one replica, through its admin API: a writer the autoscaler does not know of."""
+    http_json("POST", replica.url + "/admin/backends/drain", {"url": url}, TOKEN)
+
+
+@pytest.mark.asyncio
+async def test_a_change_whose_table_another_writer_changed_meanwhile_is_redone_on_theirs_not_written_over_it(
+        deployment):
+    engines, replicas, plane = deployment
+    _, first, second = engines
+    made_from = []
+
+    def drain_the_first(table):
+        if not made_from:  # between the autoscaler's read and its write, an operator drains the second on replica A
+            drain_by_hand(replicas[0], second.url)
+        made_from.append(table.generation)
+        return draining(table, first.url)
+
+    published = await asyncio.to_thread(plane.change, drain_the_first)
+    assert made_from == [0, 1]  # replica A refused a table made from generation 0 (409): redone on its generation 1
+    assert published.generation == 2
+    for replica in replicas:
+        served = plane.served_table(replica.url)
+        assert served["worker_generations"] == [2, 2], served
+        assert {e["url"]: e.get("draining", False) for e in served["backends"]} == {
+            engines[0].url: False, first.url: True, second.url: True}  # both drains, neither written over
+
+
+@pytest.mark.asyncio
+async def test_a_table_that_keeps_changing_under_a_change_stops_it_with_a_clear_error(deployment):
+    engines, replicas, plane = deployment
+    _, first, second = engines
+
+    def always_raced(table):
+        drain_by_hand(replicas[1], second.url)  # a new generation on replica B each time
+        return draining(table, first.url)
+
+    with pytest.raises(StepFailed, match="changed under 3 tries") as stopped:
+        await asyncio.to_thread(plane.change, always_raced)
+    assert "409" in str(stopped.value) and replicas[1].url in str(stopped.value)

@@ -20,6 +20,7 @@ from ascend_pd.connector.config import parse_config
 from ascend_pd.connector.metadata import AscendPDMetadata, PullRecv, PushRecv, PushSend
 from ascend_pd.connector.worker import worker_side_class
 from ascend_pd.deploy.handoff import KVAddress
+from ascend_pd.deploy.secrets import KV_SECRET_ENV
 from kv_data import global_planes, layer_name, shard
 
 
@@ -166,8 +167,18 @@ def black_hole(spec: dict) -> None:
     time.sleep(spec["wait_s"])
 
 
+def use_own_secret(spec: dict) -> None:
+    """A peer of another deployment: its own KV secret, in place of the one the test session exports."""
+    path = Path(spec["out"]).with_suffix(".key")
+    path.touch(mode=0o600)
+    path.write_text(spec["kv_secret"])
+    os.environ[KV_SECRET_ENV] = str(path)
+
+
 def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
+    if "kv_secret" in spec:
+        use_own_secret(spec)
     if spec.get("black_hole"):
         return black_hole(spec)
     worker = make_worker(spec)

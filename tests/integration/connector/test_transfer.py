@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ascend_pd.deploy.secrets import KV_SECRET_ENV, new_secret
 from cluster import expected_decode_caches, log_of, run, same_bytes, specs
 from kv_data import layer_name
 
@@ -159,6 +160,24 @@ def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tm
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert "outside its 12-block cache" in log_of(tmp_path, decode[0])
     assert_prefill_released(prefill_results)
+
+
+@pytest.mark.parametrize("mode", ["pull", "push"])
+def test_a_peer_with_another_deployments_secret_is_refused_and_the_handoff_fails_cleanly(tmp_path, mode):
+    """D holds a KV secret of its own: P answers none of its messages with anything D can use, D's load fails well
+    within its timeout with an error naming the secret, and P logs the refusal once however often D retries."""
+    prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, decode={"kv_secret": new_secret()},
+                            common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5, "abort_timeout_s": 4})
+    prefill_results, (result,) = run(tmp_path, prefill, decode)
+    assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
+    assert result["received_after_s"] < 20
+    assert f"not sealed with this deployment's KV secret" in log_of(tmp_path, decode[0])
+    assert KV_SECRET_ENV in log_of(tmp_path, decode[0])
+    assert log_of(tmp_path, prefill[0]).count("refused a message not sealed") == 1
+    assert prefill_results[0]["stats"]["refused"] >= 2  # every try counted
+    for planes in result["caches"].values():  # nothing was written
+        for plane in planes:
+            assert (plane == -7).all()
 
 
 def test_prefill_dying_mid_push_becomes_a_load_error_after_the_kv_load_timeout(tmp_path):

@@ -32,6 +32,7 @@ class Rig:
                 engines.append(await FakeEngine(role, kv_port=0, behaviour=behaviour or Behaviour()).start())
         settings.setdefault("health_interval", 0)
         settings.setdefault("breaker_failures", 3)
+        settings.setdefault("public_detail", True)  # tests read /health's backends and /metrics without a token
         mode = settings.setdefault("mode", "pull" if prefills else "colocated")
         endpoints = [_endpoint(e) for e in self.prefills + self.decodes + self.colocated]
         if mode == "layerwise":  # the metaserver URL must be known before the proxy starts: reserve a port

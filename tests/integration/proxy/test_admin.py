@@ -59,3 +59,89 @@ async def test_a_proxy_of_colocated_instances_hands_off_once_a_prefill_and_a_dec
     for _ in range(3):
         assert (await rig.post(BODY))[0] == 200
     assert (len(prefill.received), len(decode.received), len(rig.colocated[0].received)) == (3, 3, 1)
+
+
+AUTH = {"Authorization": "Bearer s3cret"}
+
+
+async def served_table(rig, base: str | None = None) -> dict:
+    async with rig.session.get((base or rig.url) + "/admin/table", headers=AUTH) as response:
+        assert response.status == 200
+        table = await response.json()
+    table.pop("worker_generations")
+    return table
+
+
+async def test_a_table_made_from_a_generation_the_proxy_has_moved_past_is_refused_and_changes_nothing(rig):
+    await rig.start(decodes=2, admin_token="s3cret")
+    kept, drained = rig.decodes
+    read = await served_table(rig)  # generation 0
+    # meanwhile an operator drains one decode: generation 1
+    async with rig.session.post(rig.url + "/admin/backends/drain", json={"url": drained.url}, headers=AUTH) as answer:
+        assert answer.status == 200
+    after_drain = await served_table(rig)
+    # a writer that read generation 0 puts back every backend in service: it would undo a drain it never saw
+    stale = {**read, "generation": 1, "expected_generation": 0}
+    async with rig.session.put(rig.url + "/admin/table", json=stale, headers=AUTH) as answer:
+        assert answer.status == 409, await answer.text()
+        assert (await answer.json())["generation"] == 1
+    assert await served_table(rig) == after_drain
+    for _ in range(4):
+        assert (await rig.post(BODY))[0] == 200
+    assert len(drained.received) == 0 and len(kept.received) == 4
+    # without a condition at all it is refused too; made from what is served, it is taken
+    async with rig.session.put(rig.url + "/admin/table", json={**read, "generation": 2}, headers=AUTH) as answer:
+        assert answer.status == 400 and "expected_generation" in await answer.text()
+    redone = {**after_drain, "generation": 2, "expected_generation": 1,
+              "backends": [e for e in after_drain["backends"] if e["url"] != drained.url]}
+    async with rig.session.put(rig.url + "/admin/table", json=redone, headers=AUTH) as answer:
+        assert answer.status == 200 and await answer.json() == {"generation": 2, "applied": True}
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:9", "http://127.0.0.1:9/v1", "http://user:pw@127.0.0.1:9",
+                                 "http://127.0.0.1", "http://127.0.0.1:9?x=1"])
+async def test_a_backend_the_proxy_cannot_call_as_given_is_refused_when_written_and_the_table_stays(rig, url):
+    await rig.start(admin_token="s3cret")
+    before = await served_table(rig)
+    table = {**before, "generation": 1, "expected_generation": 0,
+             "backends": [*before["backends"], {"url": url, "role": "decode"}]}
+    async with rig.session.put(rig.url + "/admin/table", json=table, headers=AUTH) as answer:
+        assert answer.status == 400 and url in await answer.text()
+    async with rig.session.post(rig.url + "/admin/backends", json={"url": url, "role": "decode"},
+                                headers=AUTH) as answer:
+        assert answer.status == 400 and url in await answer.text()
+    assert await served_table(rig) == before
+    for _ in range(3):  # no request is ever routed to it
+        assert (await rig.post(BODY))[0] == 200
+
+
+async def test_an_admin_listener_of_its_own_takes_the_admin_paths_off_the_public_port(rig):
+    await rig.start(admin_token="s3cret", admin_port=0)
+    admin = rig.runner.admin_url
+    assert admin is not None and admin != rig.url
+    async with rig.session.get(rig.url + "/admin/backends", headers=AUTH) as response:
+        assert response.status == 404
+    async with rig.session.get(rig.url + "/v1/workload", headers=AUTH) as response:
+        assert response.status == 404
+    async with rig.session.get(admin + "/admin/backends", headers=AUTH) as response:
+        assert response.status == 200 and len(await response.json()) == 2
+    async with rig.session.post(admin + "/v1/completions", json=BODY) as response:
+        assert response.status == 404  # the admin listener serves nothing else
+    assert (await rig.post(BODY))[0] == 200
+    huge = b'{"url": "' + b"x" * (5 * 1024 * 1024) + b'"}'  # bounded: refused before it is read, let alone parsed
+    async with rig.session.post(admin + "/admin/backends", data=huge, headers=AUTH) as response:
+        assert response.status == 413
+    async with rig.session.get(admin + "/admin/backends", headers=AUTH) as response:
+        assert response.status == 200
+
+
+async def test_an_admin_port_without_a_token_or_on_the_public_port_is_refused_at_start():
+    from ascend_pd.errors import InputError
+    from ascend_pd.proxy.serve import check_admin_listener
+    from ascend_pd.proxy.settings import ProxySettings
+
+    with pytest.raises(InputError, match="admin token") as refused:
+        check_admin_listener(ProxySettings(admin_port=9100), 8080)
+    assert refused.value.field == "--admin-port"
+    with pytest.raises(InputError, match="public port"):
+        check_admin_listener(ProxySettings(admin_port=8080, admin_token="t"), 8080)

@@ -12,7 +12,7 @@ from ascend_pd.proxy.endpoints import endpoint_from_url
 from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
 from tests.fakes.vllm_api import FakeEngine
 from ascend_pd.proxy.wire.client import CallTimeouts, HttpClient, Target
-from ascend_pd.proxy.wire.server import ClientGone, HttpServer, Request, Response
+from ascend_pd.proxy.wire.server import ClientGone, HttpServer, Request, Response, ServerLimits
 
 
 class RawPeer:
@@ -90,11 +90,11 @@ async def test_a_decode_that_stops_mid_stream_ends_the_clients_stream_with_an_er
 
 
 @pytest.mark.asyncio
-async def test_a_half_sent_request_is_closed_after_the_keep_alive_period():
+async def test_a_half_sent_request_is_closed_after_the_read_timeout():
     async def handler(request: Request) -> Response:
         return Response(b"{}")
 
-    server = HttpServer(handler, max_body=1024, keep_alive=0.3)
+    server = HttpServer(handler, ServerLimits(max_body_bytes=1024, read_timeout=0.3))
     host, port = await server.start("127.0.0.1", 0)
     try:
         reader, writer = await asyncio.open_connection(host, port)
@@ -119,7 +119,7 @@ async def test_a_client_that_never_reads_is_cut_off_and_its_handler_stops():
             stopped.set_result(type(exc).__name__)
             raise
 
-    server = HttpServer(handler, max_body=1024, write_stall=0.3)
+    server = HttpServer(handler, ServerLimits(max_body_bytes=1024, write_stall=0.3))
     host, port = await server.start("127.0.0.1", 0)
     try:
         reader, writer = await asyncio.open_connection(host, port)

@@ -72,7 +72,7 @@ async def engines(prefills=1, decodes=2, behaviour=None) -> list[FakeEngine]:
 
 async def served_by_worker(url: str) -> dict[str, float]:
     async with aiohttp.ClientSession() as session:
-        async with session.get(url + "/metrics") as answer:
+        async with session.get(url + "/metrics", headers=ADMIN) as answer:
             text = await answer.text()
     counts = {}
     for line in text.splitlines():
@@ -237,11 +237,13 @@ async def test_a_pushed_table_reaches_every_worker_and_an_older_one_changes_noth
     async with Workers(started, "--backend-table", str(table_file)) as proxy:
         only_second = {"generation": 5, "revision": "test", "backends": [
             {"url": prefill.url, "role": "prefill"}, {"url": second.url, "role": "decode"}]}
-        assert (await admin(proxy, "PUT", "/admin/table", only_second))["applied"] is True
+        assert (await admin(proxy, "PUT", "/admin/table", {**only_second, "expected_generation": 0}))["applied"]
         assert await routed_after(proxy, first, second, "generation 5") == (0, 30)
-        stale = {**only_second, "generation": 4, "backends": [{"url": prefill.url, "role": "prefill"},
-                                                              {"url": first.url, "role": "decode"}]}
-        assert (await admin(proxy, "PUT", "/admin/table", stale)) == {"generation": 5, "applied": False}
+        stale = {**only_second, "generation": 4, "expected_generation": 0, "backends": [
+            {"url": prefill.url, "role": "prefill"}, {"url": first.url, "role": "decode"}]}
+        async with aiohttp.ClientSession() as session:  # made from generation 0: it would undo generation 5
+            async with session.put(proxy.url + "/admin/table", json=stale, headers=ADMIN) as answer:
+                assert answer.status == 409 and (await answer.json())["generation"] == 5
         assert await routed_after(proxy, first, second, "stale generation 4") == (0, 30)
         assert (await admin(proxy, "GET", "/admin/table"))["worker_generations"] == [5, 5]
         assert json.loads(table_file.read_text())["generation"] == 5  # what a restarted worker will read

@@ -11,12 +11,16 @@ import pytest
 
 from ascend_pd.connector import cpus, messages, side_channel
 from ascend_pd.connector.config import parse_config
+from ascend_pd.connector.peer_auth import PeerKey
 from ascend_pd.connector.pull_worker import PullWorker
+from ascend_pd.deploy.secrets import new_secret
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(cpus.usable_cpus()) < 2,
                                 reason="needs CPU affinity and two CPUs to tell a pinned thread from a free one")
 
 ONE_RANK = {"prefill": {"tp_size": 1}, "decode": {"tp_size": 1}}
+
+KEY = PeerKey(new_secret())
 
 
 @pytest.fixture
@@ -83,9 +87,9 @@ def test_the_side_channel_and_its_zmq_io_thread_run_on_every_cpu(pinned_like_vll
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     before = set(os.listdir("/proc/self/task"))
-    server = side_channel.SideChannelServer("127.0.0.1", port, lambda message: messages.Ack())
+    server = side_channel.SideChannelServer("127.0.0.1", port, lambda message: messages.Ack(), KEY)
     try:
-        assert side_channel.request("127.0.0.1", port, messages.GetMeta()) == messages.Ack()
+        assert side_channel.request("127.0.0.1", port, messages.GetMeta(), key=KEY) == messages.Ack()
         started = set(os.listdir("/proc/self/task")) - before
         names = {tid: open(f"/proc/self/task/{tid}/comm").read().strip() for tid in started}
         assert any(name.startswith("ZMQbg/IO") for name in names.values()), names

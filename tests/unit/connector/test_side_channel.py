@@ -9,17 +9,21 @@ import time
 import pytest
 
 from ascend_pd.connector import messages, side_channel
+from ascend_pd.connector.peer_auth import PeerKey
+from ascend_pd.deploy.secrets import new_secret
 from ascend_pd.errors import InputError
 from tests.ports import free_port
+
+KEY = PeerKey(new_secret())
 
 
 def test_a_request_gets_the_handlers_reply():
     port = free_port()
     seen = []
     server = side_channel.SideChannelServer("127.0.0.1", port,
-                                            lambda m: seen.append(m) or messages.Ack())
+                                            lambda m: seen.append(m) or messages.Ack(), KEY)
     try:
-        reply = side_channel.request("127.0.0.1", port, messages.ReadDone(request_id="r-1", dst_rank=3))
+        reply = side_channel.request("127.0.0.1", port, messages.ReadDone(request_id="r-1", dst_rank=3), key=KEY)
     finally:
         server.stop()
     assert reply == messages.Ack() and seen == [messages.ReadDone(request_id="r-1", dst_rank=3)]
@@ -33,10 +37,10 @@ def test_a_handler_error_comes_back_as_a_refusal_and_the_channel_keeps_serving()
             raise KeyError("no caches")
         return messages.Ack()
 
-    server = side_channel.SideChannelServer("127.0.0.1", port, handler)
+    server = side_channel.SideChannelServer("127.0.0.1", port, handler, KEY)
     try:
-        refused = side_channel.request("127.0.0.1", port, messages.GetMeta())
-        after = side_channel.request("127.0.0.1", port, messages.ReadDone(request_id="r", dst_rank=0))
+        refused = side_channel.request("127.0.0.1", port, messages.GetMeta(), key=KEY)
+        after = side_channel.request("127.0.0.1", port, messages.ReadDone(request_id="r", dst_rank=0), key=KEY)
     finally:
         server.stop()
     assert isinstance(refused, messages.Refused) and "no caches" in refused.reason
@@ -46,7 +50,8 @@ def test_a_handler_error_comes_back_as_a_refusal_and_the_channel_keeps_serving()
 def test_an_unreachable_peer_raises_after_the_retries_instead_of_hanging():
     started = time.monotonic()
     with pytest.raises(side_channel.PeerUnreachable):
-        side_channel.request("127.0.0.1", free_port(), messages.GetMeta(), timeout_s=0.2, retries=2, backoff_s=0.05)
+        side_channel.request("127.0.0.1", free_port(), messages.GetMeta(), key=KEY, timeout_s=0.2, retries=2,
+                             backoff_s=0.05)
     assert time.monotonic() - started < 5
 
 
@@ -55,7 +60,8 @@ def test_many_retries_stay_a_bounded_wait_because_the_backoff_stops_doubling(mon
     monkeypatch.setattr(side_channel, "_MAX_BACKOFF_S", 0.1)
     started = time.monotonic()
     with pytest.raises(side_channel.PeerUnreachable, match="9 tries"):
-        side_channel.request("127.0.0.1", free_port(), messages.GetMeta(), timeout_s=0.05, retries=8, backoff_s=0.5)
+        side_channel.request("127.0.0.1", free_port(), messages.GetMeta(), key=KEY, timeout_s=0.05, retries=8,
+                             backoff_s=0.5)
     assert time.monotonic() - started < 3
 
 
@@ -67,7 +73,7 @@ def test_a_message_given_as_a_callable_is_made_afresh_for_every_try():
         made = []
         with pytest.raises(side_channel.PeerUnreachable, match="3 tries"):
             side_channel.request("127.0.0.1", silent.getsockname()[1],
-                                 lambda: made.append(time.monotonic()) or messages.GetMeta(),
+                                 lambda: made.append(time.monotonic()) or messages.GetMeta(), key=KEY,
                                  timeout_s=0.1, retries=2, backoff_s=0.05)
     sent = made[1:]  # the first call only names the message for the logs
     assert len(sent) == 3 and sent == sorted(set(sent))
@@ -79,13 +85,13 @@ def test_a_taken_port_is_a_clear_error_naming_it():
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(InputError) as error:
-            side_channel.SideChannelServer("127.0.0.1", port, lambda m: messages.Ack())
+            side_channel.SideChannelServer("127.0.0.1", port, lambda m: messages.Ack(), KEY)
     assert f"port {port}" in str(error.value) and error.value.field == "kv_port"
 
 
 def test_the_server_thread_stops():
     port = free_port()
-    server = side_channel.SideChannelServer("127.0.0.1", port, lambda m: messages.Ack())
+    server = side_channel.SideChannelServer("127.0.0.1", port, lambda m: messages.Ack(), KEY)
     name = f"ascend-pd-side-channel-{port}"
     assert name in {t.name for t in threading.enumerate()}
     server.stop()

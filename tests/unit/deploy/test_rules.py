@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from ascend_pd.deploy.rules.base import CODES
@@ -646,3 +647,75 @@ def test_the_ascend_pd_connector_across_chip_generations_is_a_warning(tmp_path):
     assert [(d.severity, d.path) for d in found] == [("warning", "instances[1].devices")]
     assert "never run between NPUs of two chip generations" in found[0].message
     assert "APD416" not in codes(crossing)
+
+
+# ---------------------------------------------------------------- names safe in comments, files and Kubernetes
+
+def _cpu_cluster_file(tmp_path, prefix: str = "localhost-", interface: str = "lo") -> str:
+    """The local-cpu cluster with another node name prefix or interface, as a file a deployment names."""
+    from ascend_pd.hardware import configs_dir
+
+    cluster = yaml.safe_load((configs_dir() / "clusters" / "local-cpu.yaml").read_text())
+    cluster["node_groups"][0].update(name_prefix=prefix, interface=interface)
+    path = tmp_path / f"cluster-{len(list(tmp_path.glob('cluster-*.yaml')))}.yaml"  # loaded clusters are cached by path
+    path.write_text(yaml.safe_dump(cluster))
+    return str(path)
+
+
+def _on_node(cpu: dict, node: str, cluster: str) -> dict:
+    cpu["cluster"] = cluster
+    for instance in cpu["instances"]:
+        for placement in instance["devices"]:
+            placement["node"] = node
+    cpu["proxy"]["node"] = node
+    cpu["node_addresses"] = {node: "127.0.0.1"}
+    return cpu
+
+
+@pytest.mark.parametrize("bad", ["/", "\n"])
+def test_a_node_name_with_a_slash_or_a_newline_is_refused_at_every_field_that_names_it(cpu, tmp_path, bad):
+    # the cluster has the node, so nothing but the name itself is wrong (a launcher would be
+    # launch-local/host-00.sh, or a comment line would end and the rest of the name run as a command)
+    data = _on_node(cpu, f"local{bad}host-00", _cpu_cluster_file(tmp_path, prefix=f"local{bad}host-"))
+    found = [d for d in diagnose(data) if d.code == "APD305"]
+    assert [d.path for d in found] == ["instances[0].devices[0].node"]  # reported once, where first named
+    assert found[0].severity == "error" and repr(bad) in found[0].message and "Kubernetes label value" in found[0].hint
+    assert "APD101" not in codes(data)
+    good = _on_node(data, "cpu_box.a-00", _cpu_cluster_file(tmp_path, prefix="cpu_box.a-"))
+    assert "APD305" not in codes(good)
+
+
+@pytest.mark.parametrize("bad", ["prefill/0", "prefill\n0", "-prefill"])
+def test_an_unsafe_engine_id_is_refused_naming_the_field_and_the_character(cpu, bad):
+    cpu["instances"][0]["engine_id"] = bad
+    (found,) = [d for d in diagnose(cpu) if d.code == "APD305"]
+    assert found.path == "instances[0].engine_id" and "engine_id" in found.message
+    cpu["instances"][0]["engine_id"] = "prefill_0.a"
+    assert "APD305" not in codes(cpu)
+
+
+def test_an_unsafe_interface_in_the_cluster_file_is_refused(cpu, tmp_path):
+    cpu["cluster"] = _cpu_cluster_file(tmp_path, interface="lo\nrm -rf ~")
+    (found,) = [d for d in diagnose(cpu) if d.code == "APD305"]
+    assert "interface" in found.message and "'\\n'" in found.message
+
+
+def test_a_deployment_name_that_makes_kubernetes_names_too_long_or_starts_with_a_digit_is_refused(cpu):
+    cpu["metadata"]["name"] = "a" * 54  # 54 + "-prefill-0" (the Deployment of instance prefill-0) is 64
+    (found,) = [d for d in diagnose(cpu) if d.code == "APD305"]
+    assert found.path == "metadata.name" and "64 characters" in found.message and "63" in found.message
+    assert f"{'a' * 54}-prefill-0" in found.message
+    cpu["metadata"]["name"] = "a" * 53
+    assert "APD305" not in codes(cpu)
+    cpu["metadata"]["name"] = "7b-serving"  # the proxy's Service name would not be an RFC 1035 label
+    (found,) = [d for d in diagnose(cpu) if d.code == "APD305"]
+    assert "'7'" in found.message and "starting with a letter" in found.hint
+
+
+def test_render_writes_nothing_for_a_node_name_that_would_leave_the_bundle(cpu, tmp_path):
+    from ascend_pd.deploy import parse_deployment
+    from ascend_pd.render import render_bundle
+
+    data = _on_node(cpu, "../../etc/00", _cpu_cluster_file(tmp_path, prefix="../../etc/"))
+    result = render_bundle(parse_deployment(yaml.safe_dump(data), "test.yaml"))
+    assert result.refused and result.files == {}

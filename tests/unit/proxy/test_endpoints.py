@@ -73,3 +73,17 @@ def test_a_bad_url_names_the_flag_and_the_fix():
     with pytest.raises(InputError) as error:
         endpoint_from_url("localhost", "decode", "--decode")
     assert error.value.field == "--decode" and "http://" in error.value.fix
+
+
+@pytest.mark.parametrize("url", ["https://10.0.0.1:8000", "http://10.0.0.1:8000/v1", "http://user:pw@10.0.0.1:8000"])
+def test_a_backend_flag_the_proxy_could_not_call_as_given_is_refused_at_start(url):
+    """The proxy calls backends over plain HTTP at the address alone: an https:// backend was accepted and then
+    failed every request routed to it."""
+    with pytest.raises(InputError) as error:
+        endpoint_from_url(url, "decode", "--decode")
+    assert error.value.field == "--decode"
+
+
+def test_a_backend_flag_is_named_as_the_table_names_it():
+    assert endpoint_from_url("10.0.0.1:8000", "prefill", "--prefill").url == "http://10.0.0.1:8000"
+    assert endpoint_from_url("http://[fd00::1]:8000/", "prefill", "--prefill").url == "http://[fd00::1]:8000"

@@ -1,4 +1,4 @@
-"""Request and transfer ids minted without uuid4, and the event loop choice (uvloop when importable)."""
+"""Request and transfer ids, unguessable and unique, and the event loop choice (uvloop when importable)."""
 
 import asyncio
 import os
@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ascend_pd.proxy import event_loop
-from ascend_pd.proxy.ids import REQUEST_ID, IdSource, new_request_id, new_transfer_id
+from ascend_pd.proxy.ids import REQUEST_ID, new_request_id, new_transfer_id
 
 
 def test_request_ids_are_unique_and_found_by_the_metaserver_pattern():
@@ -33,7 +33,7 @@ for _ in range(200):
 
 
 def ids_of_a_fresh_process() -> tuple[list[str], list[str]]:
-    """The ids a newly started proxy process mints first, with the prefix it drew at import."""
+    """The ids a newly started proxy process mints first."""
     lines = subprocess.run([sys.executable, "-c", MINT_IN_A_FRESH_PROCESS], capture_output=True, text=True,
                            check=True).stdout.split("\n")
     pairs = [line.split() for line in lines if line]
@@ -41,21 +41,18 @@ def ids_of_a_fresh_process() -> tuple[list[str], list[str]]:
 
 
 def test_proxy_processes_started_alike_mint_disjoint_ids():
-    # Three processes started the same way, as replicas or restarts are: each counter starts at 1, so only the
-    # prefix each draws keeps their ids apart. A prefix fixed at import time, or taken from anything two processes
-    # can share, fails here.
+    # Three processes started the same way, as replicas or restarts are: ids seeded from anything two processes
+    # can share fail here.
     runs = [ids_of_a_fresh_process() for _ in range(3)]
     for request_ids, transfer_ids in runs:
         assert all(REQUEST_ID.fullmatch(r) for r in request_ids)
         assert all(len(t) == 32 and int(t, 16) >= 0 for t in transfer_ids)
-    prefixes = {ids[0][0][3:19] for ids in runs}
-    assert len(prefixes) == 3, f"processes drew the same prefix: {prefixes}"
     minted = [set(request_ids) | {f"pd-{t}" for t in transfer_ids} for request_ids, transfer_ids in runs]
     assert sum(map(len, minted)) == len(set().union(*minted))
 
 
 def test_forked_workers_mint_ids_their_parent_and_siblings_never_do():
-    # `ascend-pd proxy --workers N` forks after the import: the workers must not inherit the parent's prefix
+    # `ascend-pd proxy --workers N` forks after the import: the workers must not inherit the parent's id state
     def child_ids() -> set[str]:
         read, write = os.pipe()
         pid = os.fork()
@@ -75,10 +72,14 @@ def test_forked_workers_mint_ids_their_parent_and_siblings_never_do():
     assert not first & second and not first & here and not second & here
 
 
-def test_an_id_source_counts_after_its_prefix():
-    ids = IdSource(prefix=0xABC)
-    assert [ids.hex32(), ids.request_id()] == ["0000000000000abc0000000000000001",
-                                               "pd-0000000000000abc0000000000000002"]
+def test_one_id_says_nothing_about_the_next():
+    """A client sees its request ids: from one it must not guess another request's (a prefix and a counter would
+    give it the next id at once) or a transfer's."""
+    request_ids = [new_request_id()[3:] for _ in range(2000)]
+    transfer_ids = [new_transfer_id() for _ in range(2000)]
+    for ids in (request_ids, transfer_ids):
+        assert len({i[:8] for i in ids}) > 1900  # no shared prefix
+        assert all(abs(int(a, 16) - int(b, 16)) > 1 << 64 for a, b in zip(ids, ids[1:]))  # no counter
 
 
 def test_asyncio_is_always_available():

@@ -74,7 +74,7 @@ def test_proxy_has_a_deployment_and_a_service_on_its_port():
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     # one template for every replica: each listens on and advertises the host it lands on
     # the backend table from the ConfigMap mounted whole (k8s/backends.yaml), which the autoscaler writes
-    assert command == ["ascend-pd", "proxy", "--deployment", "/etc/ascend-pd/deployment.yaml",
+    assert command == ["ascend-pd", "proxy", "--deployment", "/etc/ascend-pd/config/deployment.yaml",
                        "--backend-table", "/etc/ascend-pd-backends/backends.json",
                        "--host", "$(HOST_IP)", "--port", "8080", "--advertise-url", "http://$(HOST_IP):8080"]
     (table_map,) = docs["k8s/backends.yaml"]

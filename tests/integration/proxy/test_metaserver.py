@@ -1,0 +1,76 @@
+"""The layerwise metaserver takes D's coordinates only from the URL the proxy handed D: a post that names a waiting
+request without its token is refused and changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from ascend_pd.proxy.metaserver import MAX_POST_BYTES, url_with_token
+
+pytestmark = pytest.mark.asyncio
+
+COMPLETION = {"model": "fake-model", "prompt": "hello layerwise", "max_tokens": 4}
+WAITING = "pd-" + "ab" * 16
+
+
+def coordinates(request_id: str = WAITING) -> dict:
+    return {"request_id": f"cmpl-{request_id}-0", "do_remote_decode": True, "remote_host": "10.6.6.6",
+            "remote_port": 6666, "remote_block_ids": [1, 2, 3]}
+
+
+async def test_a_post_with_the_right_request_id_but_not_its_token_is_refused(rig):
+    await rig.start(mode="layerwise")
+    token, waiting = rig.proxy.metaserver.expect(WAITING)
+    plain = rig.url + "/v1/metaserver"
+    try:
+        for url in (plain, url_with_token(plain, "guessed-" + token[8:])):
+            async with rig.session.post(url, json=coordinates()) as answer:
+                assert answer.status == 403
+        await asyncio.sleep(0)
+        assert not waiting.done()  # nothing reached the request
+        async with rig.session.post(url_with_token(plain, token), json=coordinates()) as answer:
+            assert answer.status == 200
+        assert waiting.result() == coordinates()
+    finally:
+        rig.proxy.metaserver.forget(WAITING)
+
+
+async def test_each_request_hands_d_a_url_of_its_own_and_the_real_flow_still_works(rig):
+    await rig.start(mode="layerwise")
+    for _ in range(2):
+        status, _ = await rig.post(COMPLETION)
+        assert status == 200
+    urls = [d["kv_transfer_params"]["metaserver"] for d in rig.decodes[0].received]
+    tokens = [urlsplit(url).username for url in urls]
+    assert all(tokens) and tokens[0] != tokens[1]
+    assert all(urlsplit(url).path == "/v1/metaserver" for url in urls)
+    assert rig.prefills[0].received[0]["kv_transfer_params"]["remote_port"] == rig.decodes[0].kv_port
+    assert len(rig.proxy.metaserver) == 0
+
+
+async def test_vllm_ascends_http_client_sends_the_token_back(rig):
+    """vllm-ascend's layerwise connector posts with httpx to the URL as given."""
+    await rig.start(mode="layerwise")
+    token, waiting = rig.proxy.metaserver.expect(WAITING)
+    try:
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(url_with_token(rig.url + "/v1/metaserver", token), json=coordinates())
+        assert answer.status_code == 200 and waiting.result() == coordinates()
+    finally:
+        rig.proxy.metaserver.forget(WAITING)
+
+
+async def test_an_oversized_post_is_refused_unread(rig):
+    await rig.start(mode="layerwise")
+    token, waiting = rig.proxy.metaserver.expect(WAITING)
+    try:
+        body = {**coordinates(), "remote_block_ids": [7] * (MAX_POST_BYTES // 2)}
+        async with rig.session.post(url_with_token(rig.url + "/v1/metaserver", token), json=body) as answer:
+            assert answer.status == 413
+        assert not waiting.done()
+    finally:
+        rig.proxy.metaserver.forget(WAITING)
