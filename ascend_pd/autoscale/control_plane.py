@@ -29,7 +29,8 @@ class ControlPlane:
         self.store = store
         self.timeout = timeout
         self.converge = converge
-        self._table: BackendTable | None = None
+        self._table: BackendTable | None = None  # the last table every replica took
+        self._refused: BackendTable | None = None  # the last table a replica refused (409); others may serve it
 
     def _call(self, replica: str, method: str, path: str, body: dict | None = None):
         return http_json(method, replica + path, body, self.token, self.timeout)
@@ -38,29 +39,35 @@ class ControlPlane:
     def table(self) -> BackendTable:
         """The newest of the store's, the replicas' and the last published table, read again each time: a replica
         changed by hand since holds a generation the next change must pass, or no worker would take it. Of equal
-        generations a replica's wins: it may hold a change this process never saw, which the next one builds on."""
+        generations a replica's wins (it may hold a change this process never saw, which the next one builds on),
+        and of those one that is not this process's own table some replica refused: after a change given up, the
+        replicas that took it and the one that refused it serve the same generation, and only the refusing one's
+        holds the other writer's change."""
         tables = [t for t in [*self._replica_tables(), self.store.read() if self.store else None, self._table] if t]
-        return max(tables, key=lambda t: t.generation) if tables else BackendTable(0, "unknown", [])
+        newest = max(tables, key=lambda t: (t.generation, t != self._refused)) if tables else None
+        return newest or BackendTable(0, "unknown", [])
 
     def served_table(self, replica: str) -> dict:
         """GET /admin/table of `replica`: the table one worker serves, and the generation each of its workers serves."""
         return self._call(replica, "GET", "/admin/table")
 
+    def _replica_table(self, replica: str) -> BackendTable | None:
+        """The table `replica` serves; None when it does not answer (a change that waits for it names it)."""
+        try:
+            answer = self.served_table(replica)
+        except StepFailed:
+            return None
+        answer.pop("worker_generations", None)
+        return msgspec.convert(answer, BackendTable)
+
     def _replica_tables(self) -> list[BackendTable]:
-        """The tables the replicas that answer serve (one that does not is named by the change that waits for it)."""
-        found = []
-        for replica in self.replicas:
-            try:
-                answer = self.served_table(replica)
-            except StepFailed:
-                continue
-            answer.pop("worker_generations", None)
-            found.append(msgspec.convert(answer, BackendTable))
-        return found
+        return [t for t in map(self._replica_table, self.replicas) if t is not None]
 
     def change(self, edit: Callable[[BackendTable], BackendTable], base: BackendTable | None = None) -> BackendTable:
         """Publish `edit` of the newest table (`base`, when just read). A replica that took another writer's change
-        since it was read refuses it (409): read again and redo the edit on that, a few times, then StepFailed."""
+        since it was read refuses it (409): redo the edit on the table that replica serves, which holds that change
+        (not on the newest of all: a replica that took this change before the refusal serves it at the same
+        generation), a few times, then StepFailed."""
         for _ in range(CHANGE_ATTEMPTS):
             base = base or self.table()
             table = edit(base)
@@ -68,29 +75,32 @@ class ControlPlane:
                 self.publish(table, base.generation)
                 return table
             except TableConflict as exc:
-                conflict, base = exc, None
+                conflict, base = exc, self._replica_table(exc.replica) if exc.replica else None
         raise StepFailed(f"the backend table changed under {CHANGE_ATTEMPTS} tries of this change (is an operator or "
                          f"another autoscaler writing it?); the last: {conflict}")
 
     def publish(self, table: BackendTable, expected: int) -> None:
-        """Make `table`, made from generation `expected`, the one every replica serves: the store first (what a
-        restarted worker reads), then each replica, then wait until every worker of every replica serves it;
-        StepFailed names the ones that do not, TableConflict the replica that serves a change made meanwhile."""
-        if self.store is not None:
-            self.store.write(table)
-        self._table = table
+        """Make `table`, made from generation `expected`, the one every replica serves: each replica first, then,
+        when none refused it as made from an old table, the store (what a restarted worker reads), then wait until
+        every worker of every replica serves it. TableConflict names the replica that serves a change made meanwhile
+        (the store keeps the table before, which does not undo that change); StepFailed names the replicas that did
+        not take or serve it."""
         refused = []
         body = {**msgspec.to_builtins(table), "expected_generation": expected}
         for replica in self.replicas:
             try:
                 self._call(replica, "PUT", "/admin/table", body)
-            except TableConflict:
-                raise
+            except TableConflict as exc:
+                self._refused = table
+                raise TableConflict(str(exc), replica) from None
             except StepFailed as exc:  # one that missed the push may still take it from a store it shares
                 refused.append(str(exc))
         if self.replicas and len(refused) == len(self.replicas):
             raise StepFailed(f"no proxy replica took backend table generation {table.generation}: "
                              + "; ".join(refused))
+        if self.store is not None:
+            self.store.write(table)
+        self._table = table
         self.wait_converged(table.generation, refused)
 
     def lagging(self, generation: int) -> dict[str, list[int] | str]:

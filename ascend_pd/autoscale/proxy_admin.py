@@ -21,7 +21,12 @@ class StepFailed(Exception):
 
 
 class TableConflict(StepFailed):
-    """A proxy answered 409 to a backend table: it serves a change made after the table this one was made from."""
+    """A proxy answered 409 to a backend table: it serves a change made after the table this one was made from.
+    `replica`: the proxy replica that answered, when a control plane sent the table to several."""
+
+    def __init__(self, message: str, replica: str | None = None):
+        super().__init__(message)
+        self.replica = replica
 
 
 class Interrupted(StepFailed):

@@ -10,6 +10,7 @@ from ascend_pd.cli.admin_token import admin_token as admin_token_of
 from ascend_pd.cli.common import input_errors_exit_2
 from ascend_pd.defaults import PROXY_PORT
 from ascend_pd.deploy.secrets import ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE_ENV
+from ascend_pd.proxy.api_keys import API_KEY_ENV
 from ascend_pd.proxy.event_loop import EVENT_LOOPS
 from ascend_pd.proxy.settings import BackendTimeouts, ProxySettings
 from ascend_pd.proxy.wire.server import ServerLimits
@@ -78,17 +79,19 @@ LIMITS = ServerLimits()
                    f"launchers and pods give the bundle's secrets/admin.token) [env: {ADMIN_TOKEN_FILE_ENV}]")
 @click.option("--admin-port", type=click.IntRange(min=1, max=65535), default=None,
               help="serve the admin endpoints on this port only (every worker shares it) and not on the public "
-                   "one [default: on the public port]")
+                   "one, with /metrics and /health for scrapes that send the admin token [default: on the public "
+                   "port]")
 @click.option("--admin-host", default=ProxySettings.admin_host, show_default=True,
               help="address of the --admin-port listener; keep it on loopback, or a network only operators reach")
-@click.option("--api-key", "api_keys", multiple=True, envvar="ASCEND_PD_PROXY_API_KEY",
+@click.option("--api-key", "api_keys", multiple=True, envvar=API_KEY_ENV,
               help="a key clients must send as 'Authorization: Bearer <key>' to /v1/completions, "
                    "/v1/chat/completions and /v1/models (repeatable; like vLLM's --api-key) "
-                   "[env: ASCEND_PD_PROXY_API_KEY, keys separated by spaces]")
+                   f"[env: {API_KEY_ENV}, keys separated by spaces]")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), default=None,
               help="a file of client API keys, one a line (kept off the command line and the process list)")
 @click.option("--ssl-certfile", type=click.Path(dir_okay=False), default=None,
-              help="serve HTTPS on the public port with this PEM certificate (chain); needs --ssl-keyfile")
+              help="serve HTTPS on the public port with this PEM certificate (chain); needs --ssl-keyfile. "
+                   "Layerwise: D is handed an https:// metaserver URL and must trust the certificate")
 @click.option("--ssl-keyfile", type=click.Path(dir_okay=False), default=None,
               help="the PEM private key of --ssl-certfile")
 @click.option("--public-detail", is_flag=True, default=False,

@@ -1,8 +1,8 @@
 """The deployment's secrets: where a bundle keeps them, how a process finds them, and how they are read.
 
 Two secrets, each its own file so that a process holds only what it needs:
-- the KV secret, shared by every engine's connector (side channel) and the proxy (layerwise metaserver), which
-  authenticates peers to each other;
+- the KV secret, shared by every engine's connector, which authenticates side-channel peers to each other (the
+  proxy does not hold it: its layerwise metaserver checks D with a token of each request's own);
 - the admin token, shared by the proxy's admin API and the autoscaler that drives it.
 Render generates both once and keeps them on re-render (a running engine and a new one must agree). A process finds a
 secret through an environment variable naming the file; the secret itself never travels on a command line.

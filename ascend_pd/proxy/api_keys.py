@@ -1,5 +1,6 @@
-"""Client API keys on the OpenAI endpoints, as vLLM's server checks them: `Authorization: Bearer <key>`, compared in
-constant time against a hash of each key, so the keys themselves are not kept in memory longer than needed."""
+"""Client API keys on the OpenAI endpoints, as vLLM's server checks them: `Authorization: Bearer <key>`, its hash
+compared in constant time with the hash of each key (equal-length digests, so the time says nothing of a key's
+length or of which key matched). The keys themselves stay in the proxy's settings, out of their repr."""
 
 from __future__ import annotations
 

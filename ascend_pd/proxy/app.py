@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import logging
 import time
 from pathlib import Path
 from typing import Iterable
@@ -42,6 +43,10 @@ from ascend_pd.proxy.wire.server import Handler, HttpServer, Request, Response, 
 from ascend_pd.proxy.workload_window import EventCounter, RequestSample, WorkloadWindow, completion_tokens
 
 INTERNAL_HEADERS = (SIBLING_HEADER.lower(),)  # only a sibling worker, on its private port, may send these
+# what a scrape reads: with an admin listener, served there too, so the token never has to cross the public port
+OPERATOR_PATHS = frozenset({"/metrics", "/health"})
+
+log = logging.getLogger("ascend_pd.proxy")
 
 
 class ProxyState:
@@ -60,6 +65,7 @@ class ProxyState:
         self.metrics = ProxyMetrics(self.pool, inflight=lambda: self.inflight)
         self.window = WorkloadWindow(settings.workload_window)
         self.metaserver = Metaserver()
+        self.unreadable_logged: set[type] = set()  # kinds of failure to read a client's request already logged
         self.api_keys = ApiKeys(settings.api_keys)
         self.tls = server_context(settings.ssl_certfile, settings.ssl_keyfile)  # bad files fail here, before a fork
         self.policies = {"prefill": make_policy(settings.prefill_policy, "prefill policy"),
@@ -102,12 +108,16 @@ class ProxyServer:
         self.routes.update(admin)
         # with a listener of their own, the admin paths do not exist on the public port
         self._admin_paths = {path for _, path in admin} if settings.admin_port is not None else set()
+        self._admin_listener_paths = self._admin_paths | OPERATOR_PATHS if self._admin_paths else set()
         if siblings is not None:
             self.routes = SiblingRoutes(self.routes, siblings, self.control, settings.timeouts.health,
                                         partial(workload_document, proxy.pool, proxy.window), proxy.keeper).routes()
         self._paths = {path for _, path in self.routes}
-        self.http = HttpServer(self._public_dispatch, settings.limits, proxy.tls)
-        self.private = HttpServer(self._dispatch, settings.limits) if siblings is not None else None
+        # bodies no caller of these paths sends are refused from their Content-Length, before they are read
+        body_limits = {"/v1/metaserver": MAX_POST_BYTES, **{path: MAX_ADMIN_BODY_BYTES for _, path in admin}}
+        self.http = HttpServer(self._public_dispatch, settings.limits, proxy.tls, body_limits)
+        self.private = HttpServer(self._dispatch, settings.limits, body_limits=body_limits) \
+            if siblings is not None else None
         self.admin = HttpServer(self._admin_dispatch, dataclasses.replace(
             settings.limits, max_body_bytes=MAX_ADMIN_BODY_BYTES)) if self._admin_paths else None
         self.admin_url: str | None = None
@@ -176,10 +186,10 @@ class ProxyServer:
         return await self._dispatch(request)
 
     async def _admin_dispatch(self, request: Request) -> Response | Stream:
-        """A request on the admin listener: the admin endpoints and nothing else."""
+        """A request on the admin listener: the admin endpoints, /metrics and /health, nothing else."""
         for name in INTERNAL_HEADERS:
             request.headers.pop(name, None)
-        if request.path not in self._admin_paths:
+        if request.path not in self._admin_listener_paths:
             return ClientError(404, f"{request.method} {request.path}: not found", "invalid_request_error").response()
         return await self._dispatch(request)
 
@@ -203,9 +213,9 @@ async def _completions(proxy: ProxyState, env: FlowEnv, request: Request) -> Res
                           "rate_limit_exceeded", retry_after=proxy.settings.retry_after_seconds)
     try:
         ctx = _context(request, proxy)
-    except BadBody as exc:
+    except Exception as exc:  # whatever a client's bytes make fail here is a 400: never a 500 it can repeat
         proxy.metrics.request_outcome(endpoint, "400").inc()
-        raise ClientError(400, str(exc), "invalid_request_error") from None
+        raise ClientError(400, _unreadable(proxy, exc), "invalid_request_error") from None
     arrived, arrived_wall = time.perf_counter(), proxy.window.arrive()
     proxy.inflight += 1
     outcome = "cancelled"  # stays so if the client leaves before an answer
@@ -239,6 +249,18 @@ async def _completions(proxy: ProxyState, env: FlowEnv, request: Request) -> Res
         if outcome != "400":  # a request an engine refused to read is no part of the workload's lengths
             proxy.metrics.prompt_tokens.observe(prompt_tokens)
             proxy.window.add(RequestSample(arrived_wall, prompt_tokens, output_tokens, ttft, tpot, outcome == "200"))
+
+
+def _unreadable(proxy: ProxyState, exc: Exception) -> str:
+    """The client's message for a request the proxy could not read. A BadBody says what is wrong; anything else is
+    logged, the first of its kind with its traceback, so a client repeating the request cannot flood the log."""
+    if isinstance(exc, BadBody):
+        return str(exc)
+    if type(exc) not in proxy.unreadable_logged:
+        proxy.unreadable_logged.add(type(exc))
+        log.warning("reading a client's request failed; answered 400, and no more of this kind is logged",
+                    exc_info=exc)
+    return f"the proxy cannot read this request ({type(exc).__name__})"
 
 
 def _context(request: Request, proxy: ProxyState) -> RequestContext:

@@ -4,7 +4,11 @@ resumes and dispatches P with them.
 A post counts only if it proves it belongs to its request: the proxy hands D a metaserver URL that carries a fresh
 token per request as its user-info (http://<token>@proxy:port/v1/metaserver). D's HTTP client (httpx in vllm-ascend,
 as requests and aiohttp would) sends user-info as Basic authorization, so the token comes back with D's post and
-nothing else has it: a post with the right request id but not the live token changes nothing."""
+nothing else has it: a post with the right request id but not the live token changes nothing.
+
+The metaserver is served on the public port, so when that port serves TLS the URL is https whatever the advertised
+URL says (D posts exactly to the URL it is given: plain HTTP would reach no server), and D must trust the
+proxy's certificate."""
 
 from __future__ import annotations
 
@@ -28,9 +32,12 @@ class ForgedPost(Exception):
     """A post names a waiting request but does not carry its token."""
 
 
-def url_with_token(metaserver_url: str, token: str) -> str:
+def url_with_token(metaserver_url: str, token: str, tls: bool = False) -> str:
+    """The URL D posts to: the metaserver's, with `token` as its user-info, and https when `tls` (the port serves
+    it)."""
     parts = urlsplit(metaserver_url)
-    return urlunsplit(parts._replace(netloc=f"{token}@{parts.netloc.rpartition('@')[2]}"))
+    scheme = "https" if tls else parts.scheme
+    return urlunsplit(parts._replace(scheme=scheme, netloc=f"{token}@{parts.netloc.rpartition('@')[2]}"))
 
 
 def posted_token(authorization: str | None) -> str | None:

@@ -14,12 +14,25 @@ class BadBody(ValueError):
     """A client body the proxy cannot route: not a JSON object, or a field it reads of the wrong type."""
 
 
+class _ContentPart(msgspec.Struct):
+    """A part of a chat message's content: a text part's text is a string; other parts (images, audio) have none."""
+
+    text: str = ""
+
+
+class _Message(msgspec.Struct):
+    """A chat message, as far as the proxy reads it: its content is text or a list of parts (vLLM also takes a plain
+    string as a part)."""
+
+    content: str | list[str | _ContentPart] | None = None
+
+
 class _ReadFields(msgspec.Struct):
     """The fields the proxy reads from a client body, with the types vLLM's OpenAI server accepts; other fields
     pass to the engines unchecked."""
 
     prompt: str | list[str | int | list[int]] | None = None
-    messages: list[dict[str, Any]] | None = None
+    messages: list[_Message] | None = None
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
     max_tokens: int | None = None
@@ -61,7 +74,8 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: only text parts carry prompt text
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return "".join(part if isinstance(part, str) else part.get("text", "") for part in content
+                       if isinstance(part, (str, dict)))
     return ""
 
 

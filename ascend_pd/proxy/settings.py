@@ -42,7 +42,7 @@ class ProxySettings:
     breaker_failures: int = 3
     breaker_open_seconds: float = 10.0
     handoff_grace: float = 30.0  # how long a D whose client left may run to pull and free P's KV (pull mode)
-    admin_token: str | None = None
+    admin_token: str | None = field(default=None, repr=False)  # secrets stay out of logs and tracebacks
     admin_port: int | None = None  # the admin endpoints on a listener of their own (None: on the public port)
     admin_host: str = "127.0.0.1"  # where that listener binds: loopback keeps the admin API off the network
     workload_window: float = 60.0  # seconds of finished requests GET /v1/workload summarises

@@ -44,7 +44,7 @@ def secret_exports(secrets: dict[str, str]) -> list[str]:
 
 
 ENGINE_SECRETS = {KV_SECRET_ENV: KV_SECRET}
-PROXY_SECRETS = {ADMIN_TOKEN_FILE_ENV: ADMIN_TOKEN, KV_SECRET_ENV: KV_SECRET}
+PROXY_SECRETS = {ADMIN_TOKEN_FILE_ENV: ADMIN_TOKEN}  # the metaserver checks D with a token of each request's own
 
 
 def launch_script(plan: LaunchPlan, node: NodePlan) -> str:
@@ -143,7 +143,7 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
              f"{deployment.connector.mode} mode). Render again after changing deployment.yaml; do not edit these "
              "files by hand.", "",
              "`secrets/` holds the deployment's secrets, readable by their owner only: `kv.key`, which every "
-             "engine's KV connector and the proxy share to know each other, and `admin.token`, the proxy's admin "
+             "engine's KV connector holds to know the others, and `admin.token`, the proxy's admin "
              "token that `ascend-pd autoscale` and `ascend-pd replan` read from here. They are not in any command "
              "line: the launchers point the processes at the files. Copy them with the rest of this directory, keep "
              "them out of version control (`secrets/.gitignore` does), and render again into this same directory, "
@@ -166,7 +166,7 @@ def readme(plan: LaunchPlan, targets: set[str]) -> str:
                   f"LeaderWorkerSet controller), and the proxy's Deployment (one replica {_on_nodes(proxy.nodes)}, "
                   f"with {_workers_phrase(proxy.workers)}) and a Service in front of its replicas, and "
                   "(`k8s/secrets.yaml`, as private as `secrets/`) a Secret holding the deployment's secrets: engine "
-                  "pods mount `kv.key`, proxy pods both, read-only for their user. Pods use host "
+                  "pods mount `kv.key`, proxy pods `admin.token`, read-only for their user. Pods use host "
                   "networking and are pinned to nodes by `kubernetes.io/hostname`, so cluster node names must be "
                   "Kubernetes node names (edit the cluster file, or the nodeSelector, when they differ).", ""]
     if plan.platform != "cpu":

@@ -13,6 +13,7 @@ from ascend_pd.yamlfile import dump_yaml
 
 SECRET_MANIFEST = "k8s/secrets.yaml"  # relative to the bundle, beside the manifests that mount it
 PRIVATE = 0o600
+PRIVATE_DIR = 0o700
 GITIGNORE = f"{SECRETS_DIR}/.gitignore"
 # Everything under secrets/ stays out of version control, even when the bundle itself is committed.
 GITIGNORE_TEXT = "# Written by `ascend-pd render`: the deployment's secrets, never to be committed.\n*\n"
@@ -32,7 +33,8 @@ def write_secrets(bundle: str | Path, k8s_deployment: str | None) -> list[Path]:
     the k8s target) also write the Secret manifest that carries them. Secret files are 0600 from their first byte.
     The files written."""
     bundle = Path(bundle)
-    (bundle / SECRETS_DIR).mkdir(mode=0o700, parents=True, exist_ok=True)
+    (bundle / SECRETS_DIR).mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    (bundle / SECRETS_DIR).chmod(PRIVATE_DIR)  # one made by hand, or copied, may let others list it
     written = []
     values = {}
     for relative in (KV_SECRET, ADMIN_TOKEN):

@@ -28,7 +28,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 KV_KEY = Path(KV_SECRET).name
 ADMIN_KEY = Path(ADMIN_TOKEN).name
 ENGINE_SECRETS = (KV_KEY,)
-PROXY_SECRETS = (KV_KEY, ADMIN_KEY)  # the layerwise metaserver checks engines with the KV secret
+PROXY_SECRETS = (ADMIN_KEY,)  # the layerwise metaserver checks D with a token of each request's own
 SECRET_ENV = {KV_KEY: KV_SECRET_ENV, ADMIN_KEY: ADMIN_TOKEN_FILE_ENV}
 
 # Host paths an Ascend container needs besides the devices the device plugin hands out: the driver's management

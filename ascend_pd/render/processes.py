@@ -123,12 +123,14 @@ class LaunchPlan:
         return list(dict.fromkeys(p.node for p in ordered))
 
 
-def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, port: int,
+def _vllm_argv(platform: Platform, deployment: Deployment, instance: Instance, host: str, port: int,
                dp_args: list[str], kv_config: dict[str, Any] | None, moe: bool, flags: EngineFlags) -> list[str]:
+    """`host`: the rank's own address, where the proxy reaches it; never every interface, which would serve the
+    engine on networks the deployment does not name (a headless node serves no HTTP, and vLLM ignores it there)."""
     args = instance.vllm
     parallel = instance.parallel
     head = [*CPU_SERVER, deployment.model.path] if platform == "cpu" else ["vllm", "serve", deployment.model.path]
-    argv = [*head, "--host", "0.0.0.0", "--port", str(port), "--served-model-name", deployment.served_model_name,
+    argv = [*head, "--host", host, "--port", str(port), "--served-model-name", deployment.served_model_name,
             "--tensor-parallel-size", str(parallel.tp)]
     if parallel.pp > 1:
         argv += ["--pipeline-parallel-size", str(parallel.pp)]
@@ -235,8 +237,8 @@ def _instance_processes(loaded: LoadedDeployment, facts: _Facts, ranks: list[Eng
         kv_config = kv_transfer_config(deployment, instance, engine_id=rank.engine_id, kv_port=config_kv_port,
                                        moe=facts.moe, rank_hosts=list(rank.worker_hosts))
         spread_args = _spread_rank_args(loaded, facts, rank) if len(rank.placements) > 1 else []
-        argv = _vllm_argv(platform, deployment, instance, rank.http_port, [*dp_args, *spread_args], kv_config,
-                          moe=external_dp, flags=flags)
+        argv = _vllm_argv(platform, deployment, instance, rank.host, rank.http_port, [*dp_args, *spread_args],
+                          kv_config, moe=external_dp, flags=flags)
         first_worker = 0
         for node_rank, placement in enumerate(rank.placements):
             words = [str(rank.dp_rank) if a == "RANK" else str(node_rank) if a == "NODE_RANK" else a for a in argv]

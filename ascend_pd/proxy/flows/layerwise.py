@@ -20,7 +20,7 @@ async def layerwise(ctx: RequestContext, env: FlowEnv) -> Opened:
     decode = env.pick("decode", ctx)
     lease = decode.lease(ctx.route.tokens)
     token, coordinates = env.metaserver.expect(ctx.request_id)
-    metaserver = url_with_token(env.settings.metaserver_url, token)
+    metaserver = url_with_token(env.settings.metaserver_url, token, tls=bool(env.settings.ssl_certfile))
     to_decode = handoff.encode(handoff.LayerwiseToDecode(metaserver=metaserver))
     decoding = env.start(open_answer(env.client, decode, ctx.path, decode_body(ctx.body, to_decode),
                                                  ctx.headers, ctx.streaming))

@@ -148,7 +148,14 @@ class _ServerConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._url = b""
         self._headers: dict[str, str] = {}
-        self._header_bytes = 0
+        self._header_bytes = 0  # of the request line's URL and the headers llhttp has handed over whole
+        # llhttp holds a header name or value until its line ends: the raw bytes of a head still arriving are counted
+        # too, so a header line that never ends is cut off at the limit rather than held
+        self._in_head = False
+        self._raw_head_bytes = 0
+        self._head_share_unknown = False  # the head began after another request in the chunk: that chunk not counted
+        self._completed_in_chunk = False
+        self._body_limit = self._limits.max_body_bytes
         self._body: list[bytes] = []
         self._body_size = 0
         self._queue: list[Request] = []
@@ -179,8 +186,11 @@ class _ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._stopped:
             return
+        self._completed_in_chunk = False
         try:
             self._parser.feed_data(data)
+            if self._in_head:
+                self._count_raw_head_bytes(len(data))
         except httptools.HttpParserUpgrade:
             self._refuse(_Refused(400, "protocol upgrades are not supported"))
         except httptools.HttpParserCallbackError as exc:
@@ -191,6 +201,16 @@ class _ServerConnection(asyncio.Protocol):
             self._refuse(refused)
         except httptools.HttpParserError:
             self._refuse(_Refused(400, "malformed HTTP request"))
+
+    def _count_raw_head_bytes(self, size: int) -> None:
+        """A chunk read while a head is unfinished: all of it is head, unless the head began after another request
+        in this chunk (then only the callbacks count that part; the next chunks are head whole)."""
+        if self._head_share_unknown:
+            self._head_share_unknown = False
+        else:
+            self._raw_head_bytes += size
+        if self._raw_head_bytes > self._limits.max_header_bytes:
+            self._refuse(_Refused(431, f"request headers over {self._limits.max_header_bytes} bytes"))
 
     def connection_lost(self, exc) -> None:
         if self._idle_timer is not None:
@@ -225,6 +245,9 @@ class _ServerConnection(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._header_bytes = 0
+        self._in_head = True
+        self._raw_head_bytes = 0
+        self._head_share_unknown = self._completed_in_chunk
         self._body = []
         self._body_size = 0
         self._in_message = True
@@ -248,17 +271,19 @@ class _ServerConnection(asyncio.Protocol):
             raise _Refused(431, f"request headers over {self._limits.max_header_bytes} bytes")
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._body_limit = self._server.body_limit(self._url.split(b"?", 1)[0].decode("latin-1"))
         length = self._headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self._limits.max_body_bytes:
-            raise _Refused(413, "request body too large")
+        if length is not None and length.isdigit() and int(length) > self._body_limit:
+            raise _Refused(413, f"request body over {self._body_limit} bytes")
         if self._headers.get("expect", "").lower() == "100-continue" and self._task is None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits a second for this on big bodies
 
     def on_body(self, body: bytes) -> None:
         size = len(body)
         self._body_size += size
-        if self._body_size > self._limits.max_body_bytes:  # a chunked body has no length to check up front
-            raise _Refused(413, "request body too large")
+        if self._body_size > self._body_limit:  # a chunked body has no length to check up front
+            raise _Refused(413, f"request body over {self._body_limit} bytes")
         if self._server.buffered + size > self._limits.max_buffered_bytes:
             raise _Refused(503, "the proxy holds too many request bodies; retry shortly")
         self._server.buffered += size
@@ -267,6 +292,7 @@ class _ServerConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_message = False
+        self._completed_in_chunk = True
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
@@ -302,6 +328,7 @@ class _ServerConnection(asyncio.Protocol):
         """Answer the request in progress with `refused` after those before it, then close; read no more."""
         self._stopped = True
         self._in_message = False
+        self._in_head = False
         self._pause_reading()
         self._enqueue(Request("", "", {}, b"", False, self, refused))
 
@@ -402,27 +429,40 @@ def _refusal(status: int, message: str) -> bytes:
 class HttpServer:
     """Serves `handler` on a listening socket until close()."""
 
-    def __init__(self, handler: Handler, limits: ServerLimits = ServerLimits(), tls: ssl.SSLContext | None = None):
+    def __init__(self, handler: Handler, limits: ServerLimits = ServerLimits(), tls: ssl.SSLContext | None = None,
+                 body_limits: dict[str, int] | None = None):
+        """`body_limits`: paths whose bodies must be smaller than limits.max_body_bytes, with their limit; a larger
+        one is refused from its Content-Length, before it is read."""
         self.handler = handler
         self.limits = limits
         self.tls = tls  # serve HTTPS with it
+        self.body_limits = body_limits or {}
         self.connections: set[_ServerConnection] = set()
         self.buffered = 0  # request body bytes held by every connection
         self.closing = False
         self._server: asyncio.AbstractServer | None = None
 
+    def body_limit(self, path: str) -> int:
+        return min(self.body_limits.get(path, self.limits.max_body_bytes), self.limits.max_body_bytes)
+
     async def start(self, host: str, port: int, reuse_port: bool = False) -> tuple[str, int]:
         """Listen; returns the bound (host, port). `reuse_port` lets sibling worker processes share the port."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _ServerConnection(self, loop), host, port, reuse_address=True,
-                                                reuse_port=reuse_port or None, backlog=4096, ssl=self.tls)
+                                                reuse_port=reuse_port or None, backlog=4096, **self._tls_options())
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 
     async def start_on(self, sock: socket.socket) -> None:
         """Listen on a socket made (and bound) elsewhere: a worker's private port, made before the fork."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerConnection(self, loop), sock=sock, ssl=self.tls)
+        self._server = await loop.create_server(lambda: _ServerConnection(self, loop), sock=sock,
+                                                **self._tls_options())
+
+    def _tls_options(self) -> dict:
+        """A connection counts against max_connections once its TLS handshake is done (the event loop tells the
+        protocol no sooner); until then the handshake is bounded in time, by the read timeout, like a request."""
+        return {"ssl": self.tls, "ssl_handshake_timeout": self.limits.read_timeout} if self.tls else {}
 
     async def close(self, grace: float = 1.0) -> None:
         """Stop accepting; give requests in flight `grace` seconds, then close every connection."""

@@ -64,7 +64,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start prefill-2-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=256 \
     vllm serve /models/Qwen3-32B \
-    --host 0.0.0.0 \
+    --host 192.168.1.12 \
     --port 8000 \
     --served-model-name qwen3-32b \
     --tensor-parallel-size 4 \
@@ -83,7 +83,7 @@ start prefill-2-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=256 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start prefill-3-dp0 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=256 \
     vllm serve /models/Qwen3-32B \
-    --host 0.0.0.0 \
+    --host 192.168.1.12 \
     --port 8010 \
     --served-model-name qwen3-32b \
     --tensor-parallel-size 4 \

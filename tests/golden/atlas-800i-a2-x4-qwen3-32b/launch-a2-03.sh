@@ -64,7 +64,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
     vllm serve /models/Qwen3-32B \
-    --host 0.0.0.0 \
+    --host 192.168.1.14 \
     --port 8100 \
     --served-model-name qwen3-32b \
     --tensor-parallel-size 4 \
@@ -83,7 +83,7 @@ start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=600 \
     vllm serve /models/Qwen3-32B \
-    --host 0.0.0.0 \
+    --host 192.168.1.14 \
     --port 8101 \
     --served-model-name qwen3-32b \
     --tensor-parallel-size 4 \

@@ -63,7 +63,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # prefill-0 DP rank 0 (prefill): devices 0,1,2,3,4,5,6,7, http 8000, kv ports 36000-36007, engine prefill-0_dp0
 start prefill-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=256 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.11 \
     --port 8000 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 8 \
@@ -87,7 +87,7 @@ start prefill-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=
 # prefill-0 DP rank 1 (prefill): devices 8,9,10,11,12,13,14,15, http 8001, kv ports 36008-36015, engine prefill-0_dp1
 start prefill-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUFFSIZE=256 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.11 \
     --port 8001 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 8 \

@@ -63,7 +63,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # decode-0 DP rank 0 (decode): devices 0, http 8100, kv ports 36100, engine decode-0_dp0
 start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8100 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -87,7 +87,7 @@ start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 1 (decode): devices 1, http 8101, kv ports 36101, engine decode-0_dp1
 start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8101 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -111,7 +111,7 @@ start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 2 (decode): devices 2, http 8102, kv ports 36102, engine decode-0_dp2
 start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8102 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -135,7 +135,7 @@ start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 3 (decode): devices 3, http 8103, kv ports 36103, engine decode-0_dp3
 start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8103 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -159,7 +159,7 @@ start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 4 (decode): devices 4, http 8104, kv ports 36104, engine decode-0_dp4
 start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8104 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -183,7 +183,7 @@ start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 5 (decode): devices 5, http 8105, kv ports 36105, engine decode-0_dp5
 start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8105 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -207,7 +207,7 @@ start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 6 (decode): devices 6, http 8106, kv ports 36106, engine decode-0_dp6
 start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8106 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -231,7 +231,7 @@ start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 7 (decode): devices 7, http 8107, kv ports 36107, engine decode-0_dp7
 start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8107 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -255,7 +255,7 @@ start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 8 (decode): devices 8, http 8108, kv ports 36108, engine decode-0_dp8
 start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8108 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -279,7 +279,7 @@ start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 9 (decode): devices 9, http 8109, kv ports 36109, engine decode-0_dp9
 start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8109 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -303,7 +303,7 @@ start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 10 (decode): devices 10, http 8110, kv ports 36110, engine decode-0_dp10
 start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8110 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -327,7 +327,7 @@ start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 11 (decode): devices 11, http 8111, kv ports 36111, engine decode-0_dp11
 start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8111 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -351,7 +351,7 @@ start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 12 (decode): devices 12, http 8112, kv ports 36112, engine decode-0_dp12
 start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8112 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -375,7 +375,7 @@ start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 13 (decode): devices 13, http 8113, kv ports 36113, engine decode-0_dp13
 start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8113 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -399,7 +399,7 @@ start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 14 (decode): devices 14, http 8114, kv ports 36114, engine decode-0_dp14
 start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8114 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -423,7 +423,7 @@ start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 15 (decode): devices 15, http 8115, kv ports 36115, engine decode-0_dp15
 start decode-0-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.13 \
     --port 8115 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \

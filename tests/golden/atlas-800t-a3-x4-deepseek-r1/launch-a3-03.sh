@@ -63,7 +63,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # decode-0 DP rank 16 (decode): devices 0, http 8116, kv ports 36116, engine decode-0_dp16
 start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8116 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -87,7 +87,7 @@ start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 17 (decode): devices 1, http 8117, kv ports 36117, engine decode-0_dp17
 start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8117 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -111,7 +111,7 @@ start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 18 (decode): devices 2, http 8118, kv ports 36118, engine decode-0_dp18
 start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8118 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -135,7 +135,7 @@ start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 19 (decode): devices 3, http 8119, kv ports 36119, engine decode-0_dp19
 start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8119 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -159,7 +159,7 @@ start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 20 (decode): devices 4, http 8120, kv ports 36120, engine decode-0_dp20
 start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8120 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -183,7 +183,7 @@ start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 21 (decode): devices 5, http 8121, kv ports 36121, engine decode-0_dp21
 start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8121 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -207,7 +207,7 @@ start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 22 (decode): devices 6, http 8122, kv ports 36122, engine decode-0_dp22
 start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8122 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -231,7 +231,7 @@ start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 23 (decode): devices 7, http 8123, kv ports 36123, engine decode-0_dp23
 start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8123 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -255,7 +255,7 @@ start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 24 (decode): devices 8, http 8124, kv ports 36124, engine decode-0_dp24
 start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8124 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -279,7 +279,7 @@ start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 25 (decode): devices 9, http 8125, kv ports 36125, engine decode-0_dp25
 start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8125 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -303,7 +303,7 @@ start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 26 (decode): devices 10, http 8126, kv ports 36126, engine decode-0_dp26
 start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8126 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -327,7 +327,7 @@ start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 27 (decode): devices 11, http 8127, kv ports 36127, engine decode-0_dp27
 start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8127 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -351,7 +351,7 @@ start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 28 (decode): devices 12, http 8128, kv ports 36128, engine decode-0_dp28
 start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8128 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -375,7 +375,7 @@ start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 29 (decode): devices 13, http 8129, kv ports 36129, engine decode-0_dp29
 start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8129 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -399,7 +399,7 @@ start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 30 (decode): devices 14, http 8130, kv ports 36130, engine decode-0_dp30
 start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8130 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -423,7 +423,7 @@ start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
 # decode-0 DP rank 31 (decode): devices 15, http 8131, kv ports 36131, engine decode-0_dp31
 start decode-0-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.2.14 \
     --port 8131 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \

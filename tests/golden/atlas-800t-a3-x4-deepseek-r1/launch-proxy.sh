@@ -36,8 +36,6 @@ start() {
 # The deployment's secrets (render made them; they travel with this directory, never in a command).
 export ASCEND_PD_PROXY_ADMIN_TOKEN_FILE="$HERE/secrets/admin.token"
 [[ -r "$ASCEND_PD_PROXY_ADMIN_TOKEN_FILE" ]] || { echo "$ASCEND_PD_PROXY_ADMIN_TOKEN_FILE is missing: copy the whole bundle, secrets/ included" >&2; exit 1; }
-export ASCEND_PD_KV_SECRET_FILE="$HERE/secrets/kv.key"
-[[ -r "$ASCEND_PD_KV_SECRET_FILE" ]] || { echo "$ASCEND_PD_KV_SECRET_FILE is missing: copy the whole bundle, secrets/ included" >&2; exit 1; }
 
 # The proxy listens on 192.168.2.11:8080. The backend table holds the changes made
 # since the deployment file was written (ascend-pd autoscale, the admin API); a restart keeps them.

@@ -64,7 +64,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8100 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -89,7 +89,7 @@ start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8101 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -114,7 +114,7 @@ start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8102 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -139,7 +139,7 @@ start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8103 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -164,7 +164,7 @@ start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8104 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -189,7 +189,7 @@ start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8105 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -214,7 +214,7 @@ start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8106 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -239,7 +239,7 @@ start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8107 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -264,7 +264,7 @@ start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8108 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -289,7 +289,7 @@ start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8109 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -314,7 +314,7 @@ start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8110 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -339,7 +339,7 @@ start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8111 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -364,7 +364,7 @@ start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8112 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -389,7 +389,7 @@ start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8113 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -414,7 +414,7 @@ start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8114 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -439,7 +439,7 @@ start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-0-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.16.13 \
     --port 8115 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \

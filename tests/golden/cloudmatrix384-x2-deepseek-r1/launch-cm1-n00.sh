@@ -64,7 +64,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start prefill-2-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=256 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.11 \
     --port 8000 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 8 \
@@ -89,7 +89,7 @@ start prefill-2-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 HCCL_BUFFSIZE=
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start prefill-2-dp1 env ASCEND_RT_VISIBLE_DEVICES=8,9,10,11,12,13,14,15 HCCL_BUFFSIZE=256 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.11 \
     --port 8001 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 8 \

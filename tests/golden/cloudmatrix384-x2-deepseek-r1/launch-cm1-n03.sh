@@ -64,7 +64,7 @@ export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8116 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -89,7 +89,7 @@ start decode-1-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8117 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -114,7 +114,7 @@ start decode-1-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8118 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -139,7 +139,7 @@ start decode-1-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8119 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -164,7 +164,7 @@ start decode-1-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8120 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -189,7 +189,7 @@ start decode-1-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8121 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -214,7 +214,7 @@ start decode-1-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8122 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -239,7 +239,7 @@ start decode-1-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8123 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -264,7 +264,7 @@ start decode-1-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8124 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -289,7 +289,7 @@ start decode-1-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8125 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -314,7 +314,7 @@ start decode-1-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8126 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -339,7 +339,7 @@ start decode-1-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8127 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -364,7 +364,7 @@ start decode-1-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8128 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -389,7 +389,7 @@ start decode-1-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8129 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -414,7 +414,7 @@ start decode-1-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8130 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \
@@ -439,7 +439,7 @@ start decode-1-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
 start decode-1-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/DeepSeek-R1-W8A8 \
-    --host 0.0.0.0 \
+    --host 192.168.17.14 \
     --port 8131 \
     --served-model-name deepseek-r1 \
     --tensor-parallel-size 1 \

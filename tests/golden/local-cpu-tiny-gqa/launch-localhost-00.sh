@@ -60,7 +60,7 @@ cpu_cores() {
 start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 0)" \
     python3 -m vllm.entrypoints.openai.api_server \
     --model models/tiny-llama-gqa \
-    --host 0.0.0.0 \
+    --host 127.0.0.1 \
     --port 8100 \
     --served-model-name tiny-llama-gqa \
     --tensor-parallel-size 1 \
@@ -77,7 +77,7 @@ start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cp
 start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 1)" \
     python3 -m vllm.entrypoints.openai.api_server \
     --model models/tiny-llama-gqa \
-    --host 0.0.0.0 \
+    --host 127.0.0.1 \
     --port 8200 \
     --served-model-name tiny-llama-gqa \
     --tensor-parallel-size 1 \

@@ -202,3 +202,52 @@ async def test_a_table_that_keeps_changing_under_a_change_stops_it_with_a_clear_
     with pytest.raises(StepFailed, match="changed under 3 tries") as stopped:
         await asyncio.to_thread(plane.change, always_raced)
     assert "409" in str(stopped.value) and replicas[1].url in str(stopped.value)
+
+
+@pytest.mark.asyncio
+async def test_a_change_refused_by_the_second_replica_after_the_first_took_it_keeps_the_change_the_second_holds(
+        deployment):
+    engines, replicas, plane = deployment
+    _, first, second = engines
+    stored_between_tries = []
+
+    def drain_the_first(table):
+        if not stored_between_tries:  # between the read and the write, an operator drains the second on replica B
+            drain_by_hand(replicas[1], second.url)
+        stored_between_tries.append(plane.store.read())
+        return draining(table, first.url)
+
+    published = await asyncio.to_thread(plane.change, drain_the_first)
+    # A took generation 1 (the first drained only), B refused it: its generation 1 holds the operator's drain. The
+    # retry is made from B's table, not from A's of the same generation, which B would then take over its own.
+    for replica in replicas:
+        served = plane.served_table(replica.url)
+        assert served["worker_generations"] == [2, 2], served
+        assert {e["url"]: e.get("draining", False) for e in served["backends"]} == {
+            engines[0].url: False, first.url: True, second.url: True}
+    assert plane.store.read() == published
+    # while B refused the first try, the store (what a restarted worker reads) never held a table without the
+    # operator's drain
+    assert stored_between_tries == [None, None]
+
+
+@pytest.mark.asyncio
+async def test_a_change_given_up_leaves_the_store_as_it_was_and_the_next_change_builds_on_the_refusing_replica(
+        deployment):
+    engines, replicas, plane = deployment
+    prefill, first, second = engines
+    operator_drains = [second.url, second.url, prefill.url]  # on replica B, one during each try
+
+    def raced_on_b(table):
+        drain_by_hand(replicas[1], operator_drains.pop(0))
+        return draining(table, first.url)  # taken by A each time, refused by B
+
+    with pytest.raises(StepFailed, match="changed under 3 tries"):
+        await asyncio.to_thread(plane.change, raced_on_b)
+    assert plane.store.read() is None  # no table B refused reached the store a restarted worker reads
+    a, b = (plane.served_table(r.url) for r in replicas)
+    assert a["generation"] == b["generation"] and a["backends"] != b["backends"]  # only B's holds the last drain
+    await asyncio.to_thread(plane.add, first.url, "decode")
+    for replica in replicas:
+        states = {e["url"]: e.get("draining", False) for e in plane.served_table(replica.url)["backends"]}
+        assert states == {prefill.url: True, first.url: False, second.url: True}, states  # both drains kept

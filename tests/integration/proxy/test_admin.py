@@ -135,6 +135,22 @@ async def test_an_admin_listener_of_its_own_takes_the_admin_paths_off_the_public
         assert response.status == 200
 
 
+async def test_metrics_and_health_detail_are_served_on_the_admin_listener_behind_the_token(rig):
+    """A scrape sends the admin token: with an admin listener it goes there, never over the public port."""
+    await rig.start(admin_token="s3cret", admin_port=0, public_detail=False)
+    admin = rig.runner.admin_url
+    async with rig.session.get(admin + "/metrics", headers=AUTH) as response:
+        assert response.status == 200 and rig.decodes[0].url in await response.text()
+    async with rig.session.get(admin + "/metrics") as response:
+        assert response.status == 401
+    async with rig.session.get(admin + "/health", headers=AUTH) as response:
+        assert response.status == 200 and len((await response.json())["backends"]) == 2
+    async with rig.session.get(admin + "/health") as response:
+        assert response.status == 200 and "backends" not in await response.json()
+    async with rig.session.get(rig.url + "/health") as response:  # probes still find it on the public port
+        assert response.status == 200
+
+
 async def test_an_admin_port_without_a_token_or_on_the_public_port_is_refused_at_start():
     from ascend_pd.errors import InputError
     from ascend_pd.proxy.serve import check_admin_listener

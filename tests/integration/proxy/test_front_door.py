@@ -5,6 +5,7 @@ backends behind /health and /metrics."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import logging
@@ -142,6 +143,46 @@ async def test_headers_over_the_limit_are_a_431_and_the_connection_closes(header
         await server.close()
 
 
+@pytest.mark.parametrize("before", [b"", request_bytes()], ids=["first", "after-a-request"])
+@pytest.mark.asyncio
+async def test_a_header_line_that_never_ends_is_a_431_at_the_limit_not_held(before):
+    """llhttp keeps a header value until its line ends: without counting the raw bytes, `X-Big: ` and megabytes with
+    no line end would all be held, the connection open."""
+    handler = Held()
+    server, host, port = await serving(handler, max_header_bytes=8 * 1024)
+    loop = asyncio.get_running_loop()
+    # a raw socket: the server closes with the client's bytes unread, and a reset must not hide its answer
+    with socket.create_connection((host, port)) as client:
+        client.setblocking(False)
+        try:
+            received = b""
+            await loop.sock_sendall(client, before + b"POST /x HTTP/1.1\r\nHost: x\r\nX-Big: ")
+            for _ in range(200):  # up to 12.5 MiB, and never a line end
+                with contextlib.suppress(BlockingIOError):
+                    received += client.recv(65536)
+                if b" 431 " in received:
+                    break
+                try:
+                    await asyncio.wait_for(loop.sock_sendall(client, b"a" * 65536), 5)
+                except OSError:  # closed by the server
+                    break
+            while chunk := await asyncio.wait_for(_recv_or_reset(loop, client), 5):
+                received += chunk
+            statuses = [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
+            assert statuses == [200] * bool(before) + [431]
+            assert len(handler.seen) == bool(before)  # only the whole request before it reached the handler
+            assert await served(host, port) == 200
+        finally:
+            await server.close()
+
+
+async def _recv_or_reset(loop: asyncio.AbstractEventLoop, client: socket.socket) -> bytes:
+    try:
+        return await loop.sock_recv(client, 65536)
+    except ConnectionResetError:
+        return b""
+
+
 @pytest.mark.asyncio
 async def test_a_chunked_body_over_the_limit_is_a_413_before_the_client_ends_it():
     handler = Held()
@@ -187,13 +228,14 @@ async def test_a_client_trickling_a_request_is_cut_off_even_while_its_previous_r
         await asyncio.sleep(0.05)
         writer.write(b"POST /slow HTTP/1.1\r\nHost: x\r\n")  # and one header line a while, for ever
         started = asyncio.get_running_loop().time()
-        for _ in range(40):
+        for _ in range(200):  # 10 s of drip, if nothing cuts it off
             await asyncio.sleep(0.05)
             if reader.at_eof() or writer.is_closing():
                 break
             writer.write(b"X-Drip: 1\r\n")
         assert await asyncio.wait_for(reader.read(), 3) == b""
-        assert asyncio.get_running_loop().time() - started < 1.5
+        # cut off after its 0.3 s, with room for a loaded machine; a client never cut off drips for 10 s
+        assert asyncio.get_running_loop().time() - started < 5
         assert not server.connections
     finally:
         await server.close()
@@ -353,7 +395,11 @@ MALFORMED = [("/v1/chat/completions", b'{"model": "m", "messages": 5}'),
              ("/v1/completions", b"this is not json"),
              ("/v1/completions", b'["a", "list"]'),
              ("/v1/completions", b'{"model": "m", "prompt": "p", "max_tokens": "many"}'),
-             ("/v1/completions", b'{"model": "m", "prompt": "p", "stream": "yes"}')]
+             ("/v1/completions", b'{"model": "m", "prompt": "p", "stream": "yes"}'),
+             ("/v1/chat/completions", b'{"messages": [{"content": [{"type": "text", "text": 5}]}]}'),
+             ("/v1/chat/completions", b'{"messages": [{"content": [{"type": "text", "text": null}]}]}'),
+             ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [5]}]}'),
+             ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": {"text": "hi"}}]}')]
 
 
 @pytest.mark.parametrize("path,body", MALFORMED)
@@ -368,6 +414,26 @@ async def test_a_malformed_body_is_a_400_with_an_openai_error_and_no_demand(rig,
     contents = rig.proxy.window.snapshot()
     assert contents.arrivals == [] and contents.finished == []
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+class UnreadableTokens:
+    """A tokenizer that fails on a prompt: an error of a library the proxy did not foresee."""
+
+    def count(self, text: str) -> int:
+        raise RuntimeError("cannot tokenize this")
+
+
+@pytest.mark.asyncio
+async def test_any_failure_to_read_a_request_is_a_400_logged_once_not_a_500(rig, caplog):
+    await rig.start()
+    rig.proxy.tokens = UnreadableTokens()
+    for _ in range(3):
+        async with rig.session.post(rig.url + "/v1/completions", json=COMPLETION) as answer:
+            assert answer.status == 400
+            assert msgspec.json.decode(await answer.read())["error"]["type"] == "invalid_request_error"
+    assert rig.prefills[0].received == [] and rig.decodes[0].received == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1  # a client cannot flood the log
 
 
 @pytest.mark.asyncio
@@ -403,10 +469,11 @@ async def test_api_keys_guard_the_openai_endpoints_and_leave_health_open(rig, ca
 
 def test_api_keys_come_from_the_flag_its_env_variable_and_a_file(tmp_path, monkeypatch):
     from ascend_pd.cli.proxy import front_door_settings, proxy_cmd
+    from ascend_pd.proxy.api_keys import API_KEY_ENV
 
     keys_file = tmp_path / "keys"
     keys_file.write_text("# one a line\nfile-key-1\n\nfile-key-2\n")
-    monkeypatch.setenv("ASCEND_PD_PROXY_API_KEY", "env-key")
+    monkeypatch.setenv(API_KEY_ENV, "env-key")
     params = proxy_cmd.make_context("proxy", ["--api-key-file", str(keys_file), "--max-pipelined", "4"]).params
     door = front_door_settings(**{name: params[name] for name in (
         "api_keys", "api_key_file", "ssl_certfile", "ssl_keyfile", "public_detail", "max_connections",
@@ -455,6 +522,25 @@ async def test_the_public_port_serves_https_with_the_given_certificate(rig, tmp_
     with pytest.raises(aiohttp.ClientError):  # plain HTTP finds no server there
         async with rig.session.post(rig.url.replace("https", "http") + "/v1/completions", json=COMPLETION) as a:
             await a.read()
+
+
+@pytest.mark.asyncio
+async def test_a_tls_handshake_that_never_comes_is_cut_off_after_the_read_timeout(tmp_path):
+    """A handshake counts against no limit until it is done, so its time is bounded as a request's is."""
+    cert, key = self_signed(tmp_path)
+    server = HttpServer(Held(), ServerLimits(read_timeout=0.3), server_context(cert, key))
+    host, port = await server.start("127.0.0.1", 0)
+    try:
+        silent, _ = await asyncio.open_connection(host, port)  # TCP, and never a ClientHello
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(silent.read(), 10) == b""
+        assert asyncio.get_running_loop().time() - started < 5  # not the event loop's default of 60 s
+        reader, writer = await asyncio.open_connection(host, port, ssl=ssl.create_default_context(cafile=cert))
+        writer.write(request_bytes(extra="Connection: close\r\n"))
+        assert await answers(reader) == [200]
+        writer.close()
+    finally:
+        await server.close()
 
 
 def test_unusable_tls_files_are_input_errors_naming_the_flag(tmp_path):

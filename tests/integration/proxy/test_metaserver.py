@@ -4,12 +4,16 @@ request without its token is refused and changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import ssl
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 import pytest
 
 from ascend_pd.proxy.metaserver import MAX_POST_BYTES, url_with_token
+from tests.integration.proxy.test_front_door import self_signed
 
 pytestmark = pytest.mark.asyncio
 
@@ -65,12 +69,42 @@ async def test_vllm_ascends_http_client_sends_the_token_back(rig):
 
 
 async def test_an_oversized_post_is_refused_unread(rig):
+    """Refused from its Content-Length: the public port's own body limit (a prompt's, 64 MiB) never comes into it."""
     await rig.start(mode="layerwise")
     token, waiting = rig.proxy.metaserver.expect(WAITING)
+    host, port = urlsplit(rig.url).hostname, urlsplit(rig.url).port
+    reader, writer = await asyncio.open_connection(host, port)
     try:
-        body = {**coordinates(), "remote_block_ids": [7] * (MAX_POST_BYTES // 2)}
-        async with rig.session.post(url_with_token(rig.url + "/v1/metaserver", token), json=body) as answer:
-            assert answer.status == 413
+        basic = base64.b64encode(f"{token}:".encode()).decode()
+        writer.write(f"POST /v1/metaserver HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {basic}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {MAX_POST_BYTES + 1}\r\n\r\n".encode())
+        answer = await asyncio.wait_for(reader.read(), 5)  # no byte of the body was sent
+        assert answer.startswith(b"HTTP/1.1 413 ")
         assert not waiting.done()
+    finally:
+        writer.close()
+        rig.proxy.metaserver.forget(WAITING)
+
+
+async def test_with_tls_on_the_public_port_d_is_handed_an_https_metaserver_url_it_can_post_to(rig, tmp_path,
+                                                                                                 monkeypatch):
+    """The metaserver is on the public port: with TLS there, an http:// URL would reach no server."""
+    cert, key = self_signed(tmp_path)
+    trust = ssl.create_default_context(cafile=cert)
+    await rig.start(mode="layerwise", ssl_certfile=cert, ssl_keyfile=key)
+    decode = rig.decodes[0]
+    await decode._session.close()  # D trusts the proxy's certificate, as the operator must set it up
+    decode._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trust))
+    async with rig.session.post(rig.url + "/v1/completions", json=COMPLETION, ssl=trust) as answer:
+        assert answer.status == 200
+    handed = urlsplit(decode.received[0]["kv_transfer_params"]["metaserver"])
+    assert handed.scheme == "https" and f"https://{handed.hostname}:{handed.port}" == rig.url
+    # vllm-ascend's D posts with httpx, which trusts the bundle SSL_CERT_FILE names
+    monkeypatch.setenv("SSL_CERT_FILE", cert)
+    token, waiting = rig.proxy.metaserver.expect(WAITING)
+    try:
+        async with httpx.AsyncClient() as client:
+            posted = await client.post(url_with_token(handed.geturl(), token), json=coordinates())
+        assert posted.status_code == 200 and waiting.result() == coordinates()
     finally:
         rig.proxy.metaserver.forget(WAITING)

@@ -23,10 +23,10 @@ from .bundles import example_bundle, one_more_decode
 
 
 def race(write: Callable[[int], None], read: Callable[[], object], writes: int) -> tuple[int, list[Exception]]:
-    """`write(i)` `writes` times while another thread calls `read()` in a loop: how many reads ran, and what the
-    reads that failed raised."""
+    """`write(i)` `writes` times while another thread calls `read()` in a loop, from its first read on: how many
+    reads ran, and what the reads that failed raised. How many overlap a write is up to the scheduler."""
     reads, failed = 0, []
-    done = threading.Event()
+    reading, done = threading.Event(), threading.Event()
 
     def read_forever() -> None:
         nonlocal reads
@@ -36,10 +36,12 @@ def race(write: Callable[[int], None], read: Callable[[], object], writes: int) 
             except Exception as exc:  # what a reader of a half-written file meets
                 failed.append(exc)
             reads += 1
+            reading.set()
 
     reader = threading.Thread(target=read_forever)
     reader.start()
     try:
+        assert reading.wait(30), "the reader never read"
         for i in range(writes):
             write(i)
     finally:
@@ -55,7 +57,7 @@ def test_the_deployment_file_the_autoscaler_rewrites_is_never_seen_half_written(
     versions = [current.deployment, bigger]
     reads, failed = race(lambda i: write_deployment(versions[i % 2], deployment_file),
                          lambda: load_deployment(deployment_file), 150)
-    assert reads > 150 and not failed, f"{len(failed)} of {reads} reads failed: {failed[:1]}"
+    assert reads > 0 and not failed, f"{len(failed)} of {reads} reads failed: {failed[:1]}"
     assert load_deployment(deployment_file).deployment == versions[1]
 
 
@@ -66,7 +68,7 @@ def test_the_backends_configmap_manifest_is_never_seen_half_written(tmp_path):
               for g in range(60)]
     store.write(tables[0])
     reads, failed = race(lambda i: store.write(tables[i]), lambda: json.loads(manifest.read_text()), len(tables))
-    assert reads > len(tables) and not failed, f"{len(failed)} of {reads} reads failed: {failed[:1]}"
+    assert reads > 0 and not failed, f"{len(failed)} of {reads} reads failed: {failed[:1]}"
 
 
 def test_a_second_lock_on_the_same_deployment_is_refused_naming_the_holder_until_it_lets_go(tmp_path):

@@ -9,7 +9,7 @@ import yaml
 
 from ascend_pd.errors import InputError
 
-from .conftest import plan_of
+from .conftest import EXAMPLE_NAMES, bundle_of, example_data, loaded_from, plan_of
 
 
 def by_name(plan):
@@ -73,6 +73,19 @@ def test_interface_flag_and_node_addresses_override_the_cluster_config(a3_exampl
     assert (env["HCCL_IF_IP"], env["HCCL_SOCKET_IFNAME"]) == ("10.9.0.2", "bond0")
     rank20 = by_name(plan)["decode-0-dp20"]
     assert flag(rank20.argv, "--data-parallel-address") == "10.9.0.2"
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_each_engine_serves_http_at_the_address_the_proxy_reaches_it_at_and_nothing_listens_everywhere(name):
+    from ascend_pd.proxy.endpoints import endpoints_from_deployment
+
+    data = example_data(name)
+    data["node_addresses"] = {data["instances"][0]["devices"][0]["node"]: "10.9.0.2"}  # not the cluster file's
+    plan = plan_of(data)
+    serving = {f"http://{flag(p.argv, '--host')}:{flag(p.argv, '--port')}" for p in plan.processes() if p.http_port}
+    assert serving == {e.url for e in endpoints_from_deployment(loaded_from(data))}
+    assert any("10.9.0.2" in url for url in serving)
+    assert not any("0.0.0.0" in text for text in bundle_of(name).files.values())
 
 
 def test_unknown_node_in_node_addresses_is_an_input_error(a3_example):

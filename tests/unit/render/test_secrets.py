@@ -50,6 +50,13 @@ def test_the_first_render_makes_both_secrets_readable_by_the_owner_only(tmp_path
     assert (tmp_path / "secrets" / ".gitignore").read_text().splitlines()[-1] == "*"
 
 
+def test_a_secrets_directory_others_could_read_is_made_private(tmp_path):
+    (tmp_path / "secrets").mkdir(mode=0o755)  # made by hand, or copied with a umask that keeps group and others
+    (tmp_path / "secrets").chmod(0o755)
+    rendered(tmp_path)
+    assert mode(tmp_path / "secrets") == 0o700
+
+
 def test_rendering_again_into_the_bundle_keeps_its_secrets_and_another_bundle_gets_its_own(tmp_path):
     rendered(tmp_path / "a")
     first = secrets_in(tmp_path / "a")
@@ -97,14 +104,14 @@ def test_the_secret_manifest_passes_the_kubernetes_schema_and_is_the_one_the_pod
         volume = next(v["secret"] for v in pod["volumes"] if "secret" in v)
         assert volume["secretName"] == secret["metadata"]["name"] and volume["defaultMode"] == K8S_SECRET_MODE == 256
         keys = {item["key"] for item in volume["items"]}
-        assert keys == ({"kv.key", "admin.token"} if component == "proxy" else {"kv.key"})  # each holds what it needs
+        assert keys == ({"admin.token"} if component == "proxy" else {"kv.key"})  # each holds what it needs, no more
         container = pod["containers"][0]
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
         assert K8S_SECRET_MOUNT in mounts
         # the kubelet cannot make a mount point inside another (read-only) volume
         assert not any(K8S_SECRET_MOUNT.startswith(other + "/") for other in mounts)
         env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env[KV_SECRET_ENV] == f"{K8S_SECRET_MOUNT}/kv.key"
+        assert env.get(KV_SECRET_ENV) == (None if component == "proxy" else f"{K8S_SECRET_MOUNT}/kv.key")
         assert env.get(ADMIN_TOKEN_FILE_ENV) == (f"{K8S_SECRET_MOUNT}/admin.token" if component == "proxy" else None)
         assert "--admin-token" not in container["command"]
 
@@ -123,7 +130,8 @@ def _run(script, env_path: str, tmp_path):
         stub.write_text("#!/bin/sh\necho \"$0 $*\"\necho \"kv=$ASCEND_PD_KV_SECRET_FILE\"\n"
                         "echo \"admin=$ASCEND_PD_PROXY_ADMIN_TOKEN_FILE\"\n")
         stub.chmod(0o755)
-    env = {**os.environ, "PATH": f"{stub_dir}:{env_path}", "LOG_DIR": str(tmp_path / "logs"),
+    inherited = {k: v for k, v in os.environ.items() if k not in (KV_SECRET_ENV, ADMIN_TOKEN_FILE_ENV)}
+    env = {**inherited, "PATH": f"{stub_dir}:{env_path}", "LOG_DIR": str(tmp_path / "logs"),
            "RUN_DIR": str(tmp_path / "run")}
     return subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=30)
 
@@ -136,14 +144,21 @@ def _log_once_written(path, seconds: float = 10.0) -> str:
     return path.read_text()
 
 
-def test_the_proxy_launcher_points_the_proxy_at_the_token_file_and_never_passes_the_token(tmp_path):
+def test_each_launcher_points_its_processes_at_the_one_secret_they_read_and_never_passes_the_token(tmp_path):
     bundle = tmp_path / "bundle"
     rendered(bundle, target="bash")
     done = _run(bundle / "launch-proxy.sh", os.environ["PATH"], tmp_path)
     assert done.returncode == 0, done.stderr
     said = _log_once_written(tmp_path / "logs" / "proxy.log")
-    assert f"admin={bundle / ADMIN_TOKEN}" in said and f"kv={bundle / KV_SECRET}" in said
+    assert f"admin={bundle / ADMIN_TOKEN}" in said and "kv=\n" in said  # no proxy code reads the KV secret
     assert secrets_in(bundle)[1] not in said and "--admin-token" not in said
+    done = _run(bundle / "launch-localhost-00.sh", os.environ["PATH"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    engine_logs = [log for log in (tmp_path / "logs").glob("*.log") if log.name != "proxy.log"]
+    assert len(engine_logs) == 2  # prefill and decode
+    for log in engine_logs:
+        said = _log_once_written(log)
+        assert f"kv={bundle / KV_SECRET}" in said and "admin=\n" in said, said
 
 
 def test_a_bundle_copied_without_its_secrets_refuses_to_start_saying_why(tmp_path):
