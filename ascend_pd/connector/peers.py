@@ -17,9 +17,10 @@ Address = tuple[str, int]
 
 class Peers:
     """Side-channel messages to peers, bounded by the config's handshake settings and a caller's deadline. A peer
-    that let a whole try go unanswered is marked down for peer_backoff_s: the requests behind it fail at once
-    instead of each waiting out the same silence. Messages are sealed with `key`; setting `stop` (the worker shuts
-    down) ends every request in flight within a fraction of a second."""
+    that let a whole try go unanswered, or refused its CURVE handshake (a peer of another deployment), is marked
+    down for peer_backoff_s: the requests behind it fail at once instead of each meeting the same wall. Messages go
+    over CURVE connections under `key`; setting `stop` (the worker shuts down) ends every request in flight within a
+    fraction of a second."""
 
     def __init__(self, config: ConnectorConfig, key: PeerKey, stop: threading.Event):
         self.config = config

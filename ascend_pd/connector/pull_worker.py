@@ -89,11 +89,13 @@ class PullWorker(WorkerSide):
             finally:
                 # Kernels queued on the blocks finish before vLLM runs (or recomputes) the request on them.
                 self.device.drain()
-            self._report(pending, error)
-        # P may free its blocks now; a P that does not hear it frees them after its abort_timeout_s.
+        # P may free its blocks now; a P that does not hear it frees them after its abort_timeout_s. Posted before
+        # the report, so a shutdown that follows the request's end still gives them their grace.
         for rank in sorted(self.candidates(self.tp_rank)):
             self.post_notice(self.notify, *recv.peer.address(rank),
                              messages.ReadDone(request_id=recv.remote_request_id, dst_rank=self.tp_rank))
+        if recv.local_block_ids:
+            self._report(pending, error)
 
     def _report(self, pending: _Pending, error: Exception | None) -> None:
         """Tell vLLM (through get_finished) that the request's KV is in, or that its blocks failed; once."""

@@ -44,8 +44,9 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
                                    "Requests whose KV transfer failed (they become load errors and are recomputed).")
         self.refused = per_engine(
             self._counter_cls, "vllm:ascend_pd_side_channel_refused",
-            "Side-channel messages refused unread: not sealed with the deployment's KV secret (a peer without it, "
-            "or with another deployment's) or not a side-channel request at all. Each address is logged once.")
+            "Side-channel connections and messages refused: CURVE handshakes that failed (a peer without the "
+            "deployment's KV secret, a port probe) and key holders' messages that are not one request. Each kind is "
+            "logged once.")
         self.exposed_seconds = per_engine_and_mode(
             self._histogram_cls, "vllm:ascend_pd_kv_exposed_seconds",
             "Per request and decode rank: from the end of its prefill on P to its whole prompt KV on D, the transfer "

@@ -39,7 +39,7 @@ class TransferTally:
         self.data["failures"] += 1
 
     def record_refused(self) -> None:
-        """The side channel refused a message: not sealed with the deployment's KV secret, or not a request."""
+        """The side channel refused a peer: a failed CURVE handshake (no KV secret), or a message not one request."""
         self.data["refused"] += 1
 
     def is_empty(self) -> bool:

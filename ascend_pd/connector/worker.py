@@ -233,8 +233,13 @@ class WorkerSide:
         return stats
 
     def post_notice(self, send: Callable[..., Any], *args: Any) -> None:
-        """Send a notice on the notice threads; shutdown gives those posted a bounded chance to go out."""
-        future = self.notices.submit(send, *args)
+        """Send a notice on the notice threads; shutdown gives those posted a bounded chance to go out. One posted
+        once shutdown began (by a transfer job still ending) is dropped: its peer falls back on its own timeout."""
+        try:
+            future = self.notices.submit(send, *args)
+        except RuntimeError:  # the pool no longer takes work
+            logger.info("AscendPD: a notice posted during shutdown was dropped")
+            return
         self._posted.add(future)
         future.add_done_callback(self._posted.discard)
 

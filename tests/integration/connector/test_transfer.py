@@ -164,16 +164,17 @@ def test_a_block_id_outside_the_peers_cache_is_a_load_error_and_moves_nothing(tm
 
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_a_peer_with_another_deployments_secret_is_refused_and_the_handoff_fails_cleanly(tmp_path, mode):
-    """D holds a KV secret of its own: P answers none of its messages with anything D can use, D's load fails well
-    within its timeout with an error naming the secret, and P logs the refusal once however often D retries."""
+    """D holds a KV secret of its own: its CURVE handshakes with P fail, so no message passes either way; D's load
+    fails well within its timeout with an error naming the secret, and P logs the refusal once however often D
+    retries."""
     prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, decode={"kv_secret": new_secret()},
                             common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5, "abort_timeout_s": 4})
     prefill_results, (result,) = run(tmp_path, prefill, decode)
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert result["received_after_s"] < 20
-    assert f"not sealed with this deployment's KV secret" in log_of(tmp_path, decode[0])
+    assert "failed the CURVE handshake: a peer of another deployment" in log_of(tmp_path, decode[0])
     assert KV_SECRET_ENV in log_of(tmp_path, decode[0])
-    assert log_of(tmp_path, prefill[0]).count("refused a message not sealed") == 1
+    assert log_of(tmp_path, prefill[0]).count("refused a connection whose handshake needs another KV secret") == 1
     assert prefill_results[0]["stats"]["refused"] >= 2  # every try counted
     for planes in result["caches"].values():  # nothing was written
         for plane in planes:

@@ -1,4 +1,5 @@
-"""The ZMQ side channel on loopback: replies, refusals, unreachable peers and taken ports."""
+"""The ZMQ side channel on loopback: replies, refusals, unreachable peers, servers without the key and taken
+ports."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import threading
 import time
 
 import pytest
+import zmq
 
 from ascend_pd.connector import messages, side_channel
 from ascend_pd.connector.peer_auth import PeerKey
-from ascend_pd.deploy.secrets import new_secret
+from ascend_pd.deploy.secrets import KV_SECRET_ENV, new_secret
 from ascend_pd.errors import InputError
 from tests.ports import free_port
 
@@ -96,3 +98,20 @@ def test_the_server_thread_stops():
     assert name in {t.name for t in threading.enumerate()}
     server.stop()
     assert name not in {t.name for t in threading.enumerate()}
+
+
+def test_a_server_without_curve_gets_no_request_and_the_error_says_why_at_once():
+    """A plain ZMQ server on the port (an older side channel, another connector's) hears nothing of the request: the
+    client will not talk to a server that cannot prove the deployment's key, and says so without waiting out a try."""
+    plain = side_channel._connector_context().socket(zmq.ROUTER)
+    plain.setsockopt(zmq.LINGER, 0)
+    port = plain.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        started = time.monotonic()
+        with pytest.raises(side_channel.PeerUnreachable, match=f"2 tries failed the CURVE handshake.*{KV_SECRET_ENV}"):
+            side_channel.request("127.0.0.1", port, messages.GetMeta(), key=KEY, timeout_s=30, retries=1,
+                                 backoff_s=0.05)
+        assert time.monotonic() - started < 30
+        assert not plain.poll(0)
+    finally:
+        plain.close()

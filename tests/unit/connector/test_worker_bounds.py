@@ -84,3 +84,11 @@ def test_shutdown_ends_a_notice_to_a_dead_peer_within_its_grace_and_nothing_is_l
     assert not any(t.name.startswith("ascend-pd-notify") for t in threading.enumerate())
     time.sleep(0.5)
     assert not [r for r in caplog.records if "not delivered" in r.getMessage()]
+
+
+def test_a_notice_posted_once_shutdown_began_is_dropped_not_raised_into_the_job_that_posts_it():
+    """A transfer job that ends while its worker shuts down posts its notice to a pool that takes no more work."""
+    worker = prefill_worker()
+    worker.shutdown()
+    worker.post_notice(worker.notify, "127.0.0.1", free_port(), messages.ReadDone(request_id="r", dst_rank=0))
+    assert not worker._posted
