@@ -1,6 +1,7 @@
 """What the launcher and rollout tests start from: the shipped local-cpu example rendered into a bundle, a change
-that adds one decode instance to it, and a kubectl stand-in that records its calls."""
+that adds one decode instance to it, a kubectl stand-in that records its calls, and a saved workload window."""
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -36,3 +37,13 @@ def recording_kubectl(tmp_path: Path) -> tuple[str, Path]:
                       f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
     script.chmod(0o755)
     return str(script), calls
+
+
+def saved_window(tmp_path: Path) -> Path:
+    """A proxy's workload window as `autoscale --proxy FILE` reads it: 2 req/s of 64-token prompts and answers."""
+    saved = tmp_path / "window.json"
+    spread = {"mean": 64, "p50": 64, "p90": 64, "p99": 64}
+    saved.write_text(json.dumps({"window_seconds": 60, "requests": 120, "finished": 120, "failed": 0,
+                                 "rate_rps": 2.0, "prompt_tokens": spread, "output_tokens": spread,
+                                 "ttft_seconds": None, "tpot_seconds": None, "streamed": 0}))
+    return saved

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from .bundles import example_bundle
+from .bundles import example_bundle, saved_window
 
 
 def autoscale(*args: str) -> subprocess.CompletedProcess:
@@ -19,11 +19,7 @@ def decisions(log) -> list[dict]:
 
 def test_a_saved_window_is_observed_and_decided_on_for_the_given_intervals(tmp_path):
     deployment = example_bundle(tmp_path, "bash")
-    saved = tmp_path / "window.json"
-    spread = {"mean": 64, "p50": 64, "p90": 64, "p99": 64}
-    saved.write_text(json.dumps({"window_seconds": 60, "requests": 120, "finished": 120, "failed": 0,
-                                 "rate_rps": 2.0, "prompt_tokens": spread, "output_tokens": spread,
-                                 "ttft_seconds": None, "tpot_seconds": None, "streamed": 0}))
+    saved = saved_window(tmp_path)
     done = autoscale("--deployment", str(deployment), "--proxy", str(saved), "--intervals", "2", "--interval", "0.1",
                      "--dry-run")
     assert done.returncode == 0, done.stderr

@@ -19,7 +19,7 @@ from ascend_pd.deploy import load_deployment, write_deployment
 from ascend_pd.errors import InputError
 from ascend_pd.proxy.backend_table import BackendTable, TableEntry
 
-from .bundles import example_bundle, one_more_decode
+from .bundles import example_bundle, one_more_decode, saved_window
 
 
 def race(write: Callable[[int], None], read: Callable[[], object], writes: int) -> tuple[int, list[Exception]]:
@@ -89,11 +89,7 @@ def autoscale(deployment: Path, saved: Path, *extra: str) -> list[str]:
 
 def test_a_second_autoscaler_process_is_refused_at_start_and_one_may_start_once_the_first_is_gone(tmp_path):
     deployment = example_bundle(tmp_path, "bash")
-    saved = tmp_path / "window.json"
-    spread = {"mean": 64, "p50": 64, "p90": 64, "p99": 64}
-    saved.write_text(json.dumps({"window_seconds": 60, "requests": 120, "finished": 120, "failed": 0,
-                                 "rate_rps": 2.0, "prompt_tokens": spread, "output_tokens": spread,
-                                 "ttft_seconds": None, "tpot_seconds": None, "streamed": 0}))
+    saved = saved_window(tmp_path)
     lock = deployment.parent / LOCK_FILE
     first = subprocess.Popen(autoscale(deployment, saved, "--interval", "600"), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
