@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ascend_pd.deploy.secrets import KV_SECRET_ENV, new_secret
+from ascend_pd.deploy.secrets import KV_SECRET_ENV, write_new_secret
 from tests import cpu_features
 from tests.ci import in_ci
 
@@ -38,9 +38,7 @@ def kv_secret(tmp_path_factory):
     """The deployment's KV secret, as render writes it and the launch scripts export it, for the whole session:
     every connector (in this process or an engine it starts, which inherits the variable) refuses to start
     without it."""
-    path = tmp_path_factory.mktemp("secrets") / "kv.key"
-    path.touch(mode=0o600)
-    path.write_text(new_secret())
+    path = write_new_secret(tmp_path_factory.mktemp("secrets") / "kv.key")
     previous = os.environ.get(KV_SECRET_ENV)
     os.environ[KV_SECRET_ENV] = str(path)
     yield path

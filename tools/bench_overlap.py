@@ -37,6 +37,7 @@ from pathlib import Path
 import click
 
 from ascend_pd.deploy import handoff
+from ascend_pd.deploy.secrets import KV_SECRET_ENV, write_new_secret
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "tiny-llama-deep"
@@ -109,8 +110,11 @@ class Engine:
                    "--served-model-name", MODEL, "--dtype", dtype, "--max-model-len", str(max_len),
                    "--max-num-batched-tokens", str(max_len), "--max-num-seqs", "4", "--enforce-eager",
                    "--host", ip, "--port", str(port), "--kv-transfer-config", kv_transfer_config(role, mode, kv_port)]
+        secret = logs / "kv.key"  # both engines of a run hold the one KV secret their connectors ask of a peer
+        if not secret.exists():
+            write_new_secret(secret)
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="3", VLLM_CPU_OMP_THREADS_BIND=core, MC_FORCE_TCP="1",
-                   VLLM_HOST_IP=ip, ASCEND_PD_KV_TRACE=str(trace),
+                   VLLM_HOST_IP=ip, ASCEND_PD_KV_TRACE=str(trace), **{KV_SECRET_ENV: str(secret)},
                    PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
         self.log = logs / f"{role}-{mode}.log"
         self.process = subprocess.Popen([*wrap, *command], env=env, stdout=open(self.log, "w"),

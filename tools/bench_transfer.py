@@ -12,10 +12,15 @@ separate TransferEngine in the same processes. Runs alternate so machine load hi
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import click
+
+from ascend_pd.deploy.secrets import KV_SECRET_ENV, write_new_secret
 
 _HOST = "127.0.0.1"
 
@@ -163,6 +168,8 @@ def bench_model(model_id: str, tokens: int, block_size: int, repeats: int, base_
 @click.option("--base-port", default=38000, show_default=True, help="First side-channel port (uses 31 ports).")
 def main(models, tokens, block_size, repeats, base_port):
     """Print effective GB/s of pull and push and their ratio to raw Transfer Engine batches of the same bytes."""
+    # The connectors talk only to holders of the deployment's KV secret; the spawned peers inherit this one.
+    os.environ.setdefault(KV_SECRET_ENV, str(write_new_secret(Path(tempfile.mkdtemp()) / "kv.key")))
     print(f"{'model':<14} {'MB':>8} {'pull GB/s':>10} {'raw rd':>8} {'ratio':>6} {'push GB/s':>10} {'raw wr':>8} "
           f"{'ratio':>6}")
     for model_id in models:

@@ -15,6 +15,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from ascend_pd.atomic import write_atomic
 from ascend_pd.errors import InputError
 
 SECRETS_DIR = "secrets"
@@ -34,6 +35,12 @@ MIN_SECRET_CHARS = 32  # 128 bits in hex
 def new_secret() -> str:
     """A fresh secret: 256 random bits from the OS, as hex (safe in a file, an env var and a k8s Secret)."""
     return secrets.token_hex(32)
+
+
+def write_new_secret(path: str | Path) -> Path:
+    """A fresh secret in `path`, readable by its owner only from its first byte; the path."""
+    write_atomic(path, new_secret() + "\n", mode=0o600)
+    return Path(path)
 
 
 def read_secret(path: str | Path, *, field: str, fix: str) -> str:

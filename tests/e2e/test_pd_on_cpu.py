@@ -163,14 +163,15 @@ def _time_fresh_long_prompts(pd, decode_url: str, seeds: range) -> timing.TtftSp
     """The TTFT split over fresh long prompts through the proxy; None when one of their KV reads failed (vLLM
     recomputed that request, which then has no split to measure)."""
     failed_before = _kv_failures(decode_url)
-    before = timing.snapshot(pd.proxy_url, decode_url)
+    before = timing.snapshot(pd.proxy_url, decode_url, pd.admin_token)
     prompt_tokens = 0
     for seed in seeds:
         body = dict(completion_body(pd.model, fresh_long_prompt(seed), max_tokens=2),
                     stream_options={"include_usage": True})
         _, events = stream_completion(f"{pd.proxy_url}/v1/completions", body)
         prompt_tokens = max(prompt_tokens, *(e["usage"]["prompt_tokens"] for e in events if e.get("usage")))
-    split = timing.TtftSplit.between(before, timing.snapshot(pd.proxy_url, decode_url), pd.mode, prompt_tokens)
+    after = timing.snapshot(pd.proxy_url, decode_url, pd.admin_token)
+    split = timing.TtftSplit.between(before, after, pd.mode, prompt_tokens)
     if split.kv_waits == len(seeds):
         return split
     failed = _kv_failures(decode_url, at_least=failed_before + 1) - failed_before

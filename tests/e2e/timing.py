@@ -11,9 +11,9 @@ _PROXY = ("ascend_pd_proxy_first_token_seconds", "ascend_pd_proxy_prefill_second
 _DECODE = ("vllm:ascend_pd_kv_wait_seconds", "vllm:ascend_pd_kv_exposed_seconds")
 
 
-def snapshot(proxy_url: str, decode_url: str) -> dict[str, float]:
-    """Sum and count of every histogram the split uses."""
-    texts = {_PROXY: http_text(f"{proxy_url}/metrics"), _DECODE: http_text(f"{decode_url}/metrics")}
+def snapshot(proxy_url: str, decode_url: str, proxy_token: str) -> dict[str, float]:
+    """Sum and count of every histogram the split uses; the proxy's /metrics asks for its admin token."""
+    texts = {_PROXY: http_text(f"{proxy_url}/metrics", token=proxy_token), _DECODE: http_text(f"{decode_url}/metrics")}
     return {f"{name}_{part}": metric(text, f"{name}_{part}")
             for names, text in texts.items() for name in names for part in ("sum", "count")}
 
