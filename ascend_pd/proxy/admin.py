@@ -38,13 +38,19 @@ def workload_document(pool: BackendPool, window: WorkloadWindow, parts: list[Win
     return summarise(parts, window.seconds, time.time(), [b.describe() for b in pool.all()])
 
 
+def carries_admin_token(request: Request, token: str | None) -> bool:
+    """Whether the request sends `Authorization: Bearer <token>` (compared in constant time); never without a token."""
+    return bool(token) and hmac.compare_digest(request.headers.get("authorization", "").encode(),
+                                               f"Bearer {token}".encode())
+
+
 class AdminRoutes:
     """One worker's admin endpoints over its backend table (`keeper`) and its workload window; each call must carry
     the admin token."""
 
     def __init__(self, keeper: TableKeeper, token: str, window: WorkloadWindow):
         self.keeper, self.pool, self.window = keeper, keeper.pool, window
-        self._expected = f"Bearer {token}".encode()
+        self._token = token
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         """(method, path) -> handler of every admin endpoint."""
@@ -55,7 +61,7 @@ class AdminRoutes:
                 ("GET", "/admin/table"): self.table, ("PUT", "/admin/table"): self.put_table}
 
     def _authorize(self, request: Request) -> None:
-        if not hmac.compare_digest(request.headers.get("authorization", "").encode(), self._expected):
+        if not carries_admin_token(request, self._token):
             raise ClientError(401, "admin endpoints need 'Authorization: Bearer <admin token>'", "unauthorized")
 
     def _read_body(self, request: Request) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hmac
 import logging
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from functools import partial
 import aiohttp
 import msgspec
 
-from ascend_pd.proxy.admin import MAX_ADMIN_BODY_BYTES, AdminRoutes, workload_document
+from ascend_pd.proxy.admin import MAX_ADMIN_BODY_BYTES, AdminRoutes, carries_admin_token, workload_document
 from ascend_pd.proxy.api_keys import ApiKeys
 from ascend_pd.proxy.backend_table import BackendTable, table_of
 from ascend_pd.proxy.backends import BackendPool
@@ -298,9 +297,7 @@ def _may_see_detail(proxy: ProxyState, request: Request) -> bool:
     """Backend URLs, names and load are for the operator: the admin token's holders, or anyone with public_detail."""
     if proxy.settings.public_detail:
         return True
-    token = proxy.settings.admin_token
-    return bool(token) and hmac.compare_digest(request.headers.get("authorization", "").encode(),
-                                               f"Bearer {token}".encode())
+    return carries_admin_token(request, proxy.settings.admin_token)
 
 
 async def _health(proxy: ProxyState, request: Request) -> Response:
