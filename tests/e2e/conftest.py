@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.ports import free_port_range
+
 from . import timing
 from .stack import LOGS, REPO, RETRIED_503
 
@@ -31,10 +33,21 @@ DRAFT_ARGS = ["--speculative-config", '{"method":"deepseek_mtp","num_speculative
 DRAFT_MODELS = {"tiny-deepseek-mtp"}
 
 
+# A stack's ports, from one block of tests/ports.py: instance i serves HTTP on base + 10 i (its added ranks or a
+# replacement the autoscaler derives take the next ones), the proxy base + 90..99, and instance i's workers take
+# side-channel ports from base + 100 (i + 1).
+PORT_BLOCK = 400
+
+
+def port_block() -> int:
+    return free_port_range(PORT_BLOCK)
+
+
 def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp: int = 1,
-                     colocated: bool = False, port_base: int = 8100) -> dict:
-    """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP and its own port range; a model
-    with an MTP layer runs with the planner's draft config on every instance."""
+                     colocated: bool = False, eager: bool = False, port_base: int | None = None) -> dict:
+    """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP, graph mode and its own block of
+    ports; a model with an MTP layer runs with the planner's draft config on every instance."""
+    port_base = port_block() if port_base is None else port_base
     data = copy.deepcopy(BASE)
     data["metadata"]["name"] = f"e2e-{model}-{'colocated' if colocated else mode}-p{prefill_tp}"
     data["model"].update(name=model, path=str(models / model), served_name=model)
@@ -50,8 +63,10 @@ def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp
     for index, inst in enumerate(data["instances"]):
         if model in DRAFT_MODELS:
             inst["vllm"]["extra_args"] = list(DRAFT_ARGS)
+        if eager:  # no graph compilation: 20-30 s less start-up per engine on 2 cores
+            inst["vllm"]["enforce_eager"] = True
         inst["http_port"] = port_base + 10 * index
-        inst["kv_port"] = 26000 + port_base - 8000 + 100 * index
+        inst["kv_port"] = port_base + 100 * (index + 1)
     data["proxy"]["port"] = port_base + 90
     return data
 

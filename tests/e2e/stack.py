@@ -197,7 +197,7 @@ class Stack:
                 return
             except (urllib.error.URLError, ConnectionError, OSError):
                 self.fail_if_a_process_died()
-                time.sleep(2)
+                time.sleep(0.5)  # a start-up poll: each second slept here is lost from the suite
         raise AssertionError(f"{url} not ready after {START_TIMEOUT_S:.0f} s; logs in {self.logs}")
 
     def fail_if_a_process_died(self) -> None:

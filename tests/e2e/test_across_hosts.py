@@ -130,7 +130,7 @@ class HostsStack(Stack):
             except (urllib.error.URLError, OSError) as refused:
                 body = f"(no answer: {refused})"
             self.fail_if_a_process_died()
-            time.sleep(1)
+            time.sleep(0.5)
         raise AssertionError(f"the proxy at {url} did not reach the engines at {self.endpoint_urls('prefill')} and "
                              f"{self.endpoint_urls('decode')} within {PROXY_READY_S:.0f} s; it answers:\n{body}\n"
                              f"logs in {self.logs}")
@@ -156,13 +156,13 @@ def cluster_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(tiny_models, request) -> dict:
-    """test_pd_on_cpu's colocated answers of the GQA model (eager or not, the same tokens): its engine is started
+    """test_pd_on_cpu's colocated answers of the GQA model in eager mode, like these engines: its engine is started
     only if no test of this session started it."""
-    if GQA in pd_on_cpu._reference:
+    if (GQA, True) in pd_on_cpu._reference:
         say(request.config, "across-hosts: the colocated reference answers of test_pd_on_cpu reused")
-        return pd_on_cpu._reference[GQA]
+        return pd_on_cpu._reference[GQA, True]
     started = time.monotonic()
-    answers = pd_on_cpu.colocated_answers(tiny_models, GQA)
+    answers = pd_on_cpu.colocated_answers(tiny_models, GQA, eager=True)
     say(request.config, f"across-hosts: colocated reference engine started and answered in "
                         f"{time.monotonic() - started:.1f} s")
     return answers

@@ -23,7 +23,7 @@ from ascend_pd.planner.resize import Step, counts_of, resize
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
-from .conftest import case_logs, local_deployment
+from .conftest import case_logs, local_deployment, port_block
 from .rollout_load import (CLIENTS, MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive,
                            node_command_here, on_node, read_pid, routed, set_nice, stop_what_runs, stream, terminate,
                            wait_ready)
@@ -31,7 +31,7 @@ from .stack import http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-PORT_BASE = 8300  # engines 8300 (P) and 8310 (D), the added D 8311, the proxy 8390; KV 26300, 26400, 26401
+PORT_BASE = port_block()  # P base, D base + 10, the added D base + 11, the proxy base + 90
 TOKEN = "rollout-token"
 START_S = 600.0  # an engine starts in under a minute here (3 under load without NICE): bounded well above
 
@@ -79,12 +79,10 @@ class Running:
         self.proxy: subprocess.Popen | None = None
         self.sessions: list[int] = []
         self.node_command = node_command_here(self.logs)
-        data = local_deployment(models, MODEL, mode="pull", port_base=PORT_BASE)
+        # no graph compilation: it costs each engine 30 s of start-up on 2 cores, the new one's under load more
+        data = local_deployment(models, MODEL, mode="pull", eager=True, port_base=PORT_BASE)
         data["metadata"]["name"] = "e2e-autoscale-rollout"
         data["proxy"]["workers"] = 1
-        for instance in data["instances"]:
-            # no graph capture: it costs each engine 40 s of start-up on 2 cores, the new one's under load more
-            instance["vllm"]["enforce_eager"] = True
         self.bundle.mkdir(parents=True)
         self.deployment_file.write_text(yaml.safe_dump(data, sort_keys=False))
 

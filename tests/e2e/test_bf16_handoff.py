@@ -28,7 +28,8 @@ CASES = {"gqa-bf16-pull": GQA, "mla-bf16-pull": MLA}
 @pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
 def bf16_pd(request, tiny_models):
     model = CASES[request.param]
-    deployment = local_deployment(tiny_models, model, mode="pull", port_base=8300)
+    # eager: what is checked here (the kernels bf16 takes, serving after each handoff) does not depend on the graph
+    deployment = local_deployment(tiny_models, model, mode="pull", eager=True)
     deployment["metadata"]["name"] += "-bf16"
     for instance in deployment["instances"]:
         instance["vllm"]["dtype"] = "bfloat16"

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 from .conftest import case_logs
 from .netns import Namespace
 from .stack import http_json, http_text, metric
@@ -31,8 +33,9 @@ from .workload import LONG, completion_body
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 MODEL = "tiny-llama-gqa"
-PORTS = {"p_http": 8610, "d_http": 8620, "proxy": 8690, "p_kv": 27600, "d_kv": 27700}
-DEFAULTS_PORTS = {"p_http": 8630, "d_http": 8640, "proxy": 8695, "p_kv": 27800, "d_kv": 27900}
+PORT_NAMES = ("p_http", "d_http", "proxy", "p_kv", "d_kv")
+PORTS = {name: free_port() for name in PORT_NAMES}
+DEFAULTS_PORTS = {name: free_port() for name in PORT_NAMES}
 # Mooncake's P2P handshake puts each Transfer Engine's RPC port in this range (seen: 15099, 15772, 16600).
 TE_PORTS = "15000:17000"
 KV_LOAD_TIMEOUT_S, TRANSFER_TIMEOUT_S = 20, 5  # a push may start writes for 20 - 5 - 5 s
@@ -78,7 +81,7 @@ class Engine:
                 urllib.request.urlopen(f"{self.url}/v1/models", timeout=2).read()
                 return
             except (urllib.error.URLError, OSError):
-                time.sleep(2)
+                time.sleep(0.5)
         raise AssertionError(f"{self.role} not ready; log {self.log}")
 
     def alive(self) -> bool:
@@ -159,7 +162,7 @@ def _wait_url(url: str, deadline: float) -> None:
             urllib.request.urlopen(url, timeout=2).read()
             return
         except (urllib.error.URLError, OSError):
-            time.sleep(1)
+            time.sleep(0.5)
     raise AssertionError(f"{url} not ready")
 
 
