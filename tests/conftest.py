@@ -6,12 +6,19 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 from ascend_pd.deploy.secrets import KV_SECRET_ENV, write_new_secret
 from tests import cpu_features
 from tests.ci import in_ci
+from tests.fuzz import FULL_EXAMPLES
 
 STRICT = in_ci()
+
+# Fuzz sizes (tests/fuzz.py): CI runs every count in full, a local run a quarter; HYPOTHESIS_PROFILE picks one.
+settings.register_profile("ci", max_examples=FULL_EXAMPLES)
+settings.register_profile("local", max_examples=FULL_EXAMPLES // 4)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if STRICT else "local"))
 
 
 def _fail_skip(report) -> None:

@@ -1,6 +1,7 @@
 """Deployments the planner writes for random models, clusters, workloads, SLOs and rates: the fuzz input of the
 tests that check every engine render writes (tests/unit/render/test_vllm_ascend_checks.py) and that every part of
-the system addresses the same ranks (tests/unit/test_one_layout.py). Plans are made once per seed per run."""
+the system addresses the same ranks (tests/unit/test_one_layout.py). Plans are made once per seed per run: the two
+files share the seeds they both take."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from functools import lru_cache
 
 import yaml
 
+from tests import fuzz
+
 PLAN_MODELS = {"atlas-800i-a2-x4": ["qwen3-32b", "llama-3.1-70b", "qwen2.5-7b", "qwen3-30b-a3b"],
                "atlas-800t-a3-x4": ["deepseek-r1", "qwen3-235b-a22b", "qwen3-32b", "llama-3.1-70b"]}
+PLANS = 100
+
+
+def plan_seeds() -> range:
+    """The seeds of the fuzzed plans: all PLANS in CI, the profile's share of them in a local run (tests/fuzz.py)."""
+    return range(fuzz.examples(PLANS, least=1))
 
 
 def fuzzed_plan(seed: int) -> dict:

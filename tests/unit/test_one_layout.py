@@ -20,6 +20,7 @@ from ascend_pd.deploy.rules.ports import port_claims
 from ascend_pd.hardware import configs_dir, load_cluster
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import plan_processes, rank_table
+from tests import fuzz
 from tests.fuzzed_plans import fuzzed_plan
 
 EXAMPLES = configs_dir() / "deployments"
@@ -114,7 +115,7 @@ def check_connector_binds_the_layouts_ports(kv_config: dict, rank: EngineRank) -
         assert config.rank_hosts == rank.rank_hosts
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=fuzz.examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(EXAMPLE_NAMES), seed=st.integers(0, 2**32 - 1))
 def test_every_consumer_of_a_shipped_example_uses_the_layouts_addresses_and_ports(name, seed):
     data = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())

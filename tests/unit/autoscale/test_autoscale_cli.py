@@ -3,14 +3,14 @@
 
 import json
 import subprocess
-import sys
+
+from tests.cli_runner import run_cli
 
 from .bundles import example_bundle, saved_window
 
 
 def autoscale(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", "autoscale", *args], capture_output=True,
-                          text=True, timeout=120)
+    return run_cli("autoscale", *args)
 
 
 def decisions(log) -> list[dict]:

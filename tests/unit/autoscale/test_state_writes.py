@@ -18,6 +18,7 @@ from ascend_pd.autoscale.stores import ConfigMapStore
 from ascend_pd.deploy import load_deployment, write_deployment
 from ascend_pd.errors import InputError
 from ascend_pd.proxy.backend_table import BackendTable, TableEntry
+from tests.threads import fine_thread_switching
 
 from .bundles import example_bundle, one_more_decode, saved_window
 
@@ -38,15 +39,16 @@ def race(write: Callable[[int], None], read: Callable[[], object], writes: int) 
             reads += 1
             reading.set()
 
-    reader = threading.Thread(target=read_forever)
-    reader.start()
-    try:
-        assert reading.wait(30), "the reader never read"
-        for i in range(writes):
-            write(i)
-    finally:
-        done.set()
-        reader.join()
+    with fine_thread_switching():
+        reader = threading.Thread(target=read_forever)
+        reader.start()
+        try:
+            assert reading.wait(30), "the reader never read"
+            for i in range(writes):
+                write(i)
+        finally:
+            done.set()
+            reader.join()
     return reads, failed
 
 

@@ -59,7 +59,7 @@ def test_replan_reads_the_bundles_token_and_says_which_file_to_fix_when_the_prox
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Refusing)
-    Thread(target=server.serve_forever, daemon=True).start()
+    Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() waits one poll
     bundle = tmp_path / "bundle"
     token_file(bundle / ADMIN_TOKEN)
     from ascend_pd.hardware import configs_dir

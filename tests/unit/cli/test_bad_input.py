@@ -1,4 +1,7 @@
-"""Bad input to `ascend-pd validate` gives one clear message naming file, line and fix, exit 2, no traceback."""
+"""Bad input to `ascend-pd validate` gives one clear message naming file, line and fix, exit 2, no traceback.
+
+The commands run in this process (tests/cli_runner.py); the console script's own process is run where it is what
+is checked: its exit code and stderr on bad input, and shell completion, which it reads from its environment."""
 
 import subprocess
 import sys
@@ -7,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from ascend_pd.hardware import configs_dir
+from tests.cli_runner import run_cli as run
 
 EXAMPLE = configs_dir() / "deployments" / "atlas-800i-a2-x4-qwen3-32b.yaml"
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", *args], capture_output=True, text=True)
+def run_entry_point(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", *args], capture_output=True, text=True,
+                          env=env)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -30,8 +35,9 @@ def assert_clean_failure(result, *needles):
 
 
 def test_missing_file(tmp_path):
+    """In the console script's own process: the exit code and stderr a user sees."""
     missing = tmp_path / "nope.yaml"
-    assert_clean_failure(run("validate", str(missing)), str(missing), "not found")
+    assert_clean_failure(run_entry_point("validate", str(missing)), str(missing), "not found")
 
 
 def test_malformed_yaml_names_the_line(tmp_path):
@@ -116,7 +122,7 @@ def test_every_command_has_help():
 def test_shell_completion_lists_commands():
     import os
     env = dict(os.environ, _ASCEND_PD_COMPLETE="bash_complete", COMP_WORDS="ascend-pd val", COMP_CWORD="1")
-    result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main"], env=env, capture_output=True, text=True)
+    result = run_entry_point(env=env)
     assert "validate" in result.stdout
 
 

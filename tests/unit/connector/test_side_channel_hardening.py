@@ -28,6 +28,7 @@ from ascend_pd.connector.pull_worker import PullWorker
 from ascend_pd.connector.stats_merged import AscendPDStats
 from ascend_pd.deploy.secrets import KV_SECRET_ENV, new_secret
 from ascend_pd.errors import InputError
+from tests import fuzz
 from tests.ports import free_port
 
 KEY = PeerKey(new_secret())
@@ -180,7 +181,7 @@ frames = st.lists(st.binary(max_size=256), min_size=1, max_size=5)
 PEERS = {"plain": None, "another deployment": PeerKey(new_secret()), "this deployment": KEY}
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=fuzz.examples(50), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from([zmq.DEALER, zmq.REQ]), parts=frames, peer=st.sampled_from(list(PEERS)))
 def test_any_frames_from_any_socket_leave_the_server_answering_a_real_request(served, kind, parts, peer):
     sock = zmq_socket(kind, served.port, key=PEERS[peer])

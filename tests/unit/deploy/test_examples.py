@@ -1,12 +1,10 @@
 """The shipped example deployments are clean, load back from their own dump, and break the way the docs say."""
 
-import subprocess
-import sys
-
 import pytest
 import yaml
 
 from ascend_pd.deploy import dump_deployment, load_deployment, parse_deployment, validate
+from tests.cli_runner import run_cli
 
 from .conftest import example_paths
 
@@ -33,8 +31,7 @@ def test_dump_round_trips(path):
 
 @pytest.mark.parametrize("path", example_paths(), ids=lambda p: p.stem)
 def test_cli_exits_0_on_example_and_1_with_a_device_used_twice(path, tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", "validate", str(path)],
-                        capture_output=True, text=True)
+    ok = run_cli("validate", str(path))
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
     data = yaml.safe_load(path.read_text())
@@ -43,8 +40,7 @@ def test_cli_exits_0_on_example_and_1_with_a_device_used_twice(path, tmp_path):
     last["devices"][0]["devices"][0] = first["devices"][0]["devices"][0]
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(data))
-    bad = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", "validate", str(broken)],
-                         capture_output=True, text=True)
+    bad = run_cli("validate", str(broken))
     assert bad.returncode == 1
     assert "APD104" in bad.stdout
     assert f"'{first['name']}'" in bad.stdout and f"'{last['name']}'" in bad.stdout

@@ -11,6 +11,7 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware.loader import build_cluster
 from ascend_pd.hardware.schema import ClusterFile
 from ascend_pd.yamlfile import parse_yaml, validate_model
+from tests import fuzz
 
 from .conftest import example
 
@@ -29,13 +30,13 @@ def _load_and_validate(text):
         assert exc.message
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=fuzz.examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400))
 def test_any_bytes_as_deployment(data):
     _load_and_validate(data)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzz.examples(200), deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("abc:-[]{}\n '\"#&*!|>%@`0123456789.")), max_size=200))
 def test_yaml_punctuation_soup_as_deployment(text):
     _load_and_validate(text)
@@ -59,7 +60,7 @@ def _paths(data, prefix=()):
 PATHS = list(_paths(BASE))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=fuzz.examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(PATHS), scalars), min_size=1, max_size=3))
 def test_one_field_replaced_by_any_value(changes):
     data = copy.deepcopy(BASE)
@@ -74,7 +75,7 @@ def test_one_field_replaced_by_any_value(changes):
     _load_and_validate(yaml.safe_dump(data))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzz.examples(200), deadline=None)
 @given(st.binary(max_size=300))
 def test_any_bytes_as_cluster(data):
     try:

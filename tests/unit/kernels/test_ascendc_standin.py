@@ -9,8 +9,9 @@ from ascendc_cpu import StandIn
 from kv_strategies import block_ids, random_cache
 
 from ascend_pd.kernels import plan_tp_transfer, reference
+from tests import fuzz
 
-examples = settings(max_examples=30, deadline=None)
+examples = settings(max_examples=fuzz.examples(30), deadline=None)
 
 HEAD_DIMS = [64, 128, 192, 512, 576, 40]  # 40: bf16 rows of 80 bytes, not 32-byte aligned -> DataCopyPad
 DTYPES = [torch.bfloat16, torch.int8]

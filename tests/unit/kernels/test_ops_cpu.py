@@ -11,8 +11,9 @@ from kv_strategies import DTYPES, HEAD_DIMS, block_ids, random_cache
 import ascend_pd.kernels as kernels
 from ascend_pd.errors import InputError
 from ascend_pd.kernels import reference
+from tests import fuzz
 
-examples = settings(max_examples=40, deadline=None)
+examples = settings(max_examples=fuzz.examples(40), deadline=None)
 
 
 @st.composite

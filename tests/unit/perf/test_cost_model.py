@@ -14,6 +14,7 @@ from ascend_pd.perf.comm import all_reduce_time, all_to_all_time
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.exec_mode import ExecMode
 from ascend_pd.perf.shape import Shape, group_link
+from tests import fuzz
 
 CM384 = load_cluster("cloudmatrix384")
 A2 = load_cluster("atlas-800i-a2-x4")
@@ -66,14 +67,14 @@ def test_groups_use_the_tightest_tier_that_holds_them():
     assert group_link(A2, 1) is None
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=fuzz.examples(40), deadline=None)
 @given(short=st.integers(16, 32000), extra=st.integers(0, 32000), tp=st.sampled_from([1, 2, 4, 8]))
 def test_longer_prompts_never_lower_ttft(short, extra, tp):
     shape = Shape(tp=tp)
     assert QWEN.prefill_time(shape, [short + extra]).total >= QWEN.prefill_time(shape, [short]).total
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=fuzz.examples(40), deadline=None)
 @given(batch=st.integers(1, 200), more=st.integers(0, 200), context=st.integers(128, 32000))
 def test_bigger_decode_batches_never_step_faster(batch, more, context):
     shape = Shape(tp=1, dp=32, ep=32)
@@ -163,7 +164,7 @@ def test_a_decode_step_costs_the_host_most_op_by_op_and_least_as_one_graph(batch
 
 @given(st.sampled_from(["eager", "piecewise", "full"]), st.floats(0.0, 0.05), st.floats(0.0, 0.002),
        st.integers(1, 128), st.floats(128, 32768))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=fuzz.examples(60), deadline=None)
 def test_async_scheduling_makes_a_step_the_longer_of_device_and_host(graph, schedule, per_layer, batch, context):
     """Sync: the host schedules, then launches while the device runs (scheduling + the longer of launches and
     kernels). Async: the next step's scheduling runs during this one (the longer of host work and kernels)."""

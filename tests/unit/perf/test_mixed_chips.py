@@ -1,9 +1,6 @@
 """On a cluster that mixes 910B3 and 910C nodes, a cost model prices the chip of the nodes it is for: an estimate
 names the chip or asks for one, and a cost moved onto an instance's nodes takes that chip's peaks and calibration."""
 
-import subprocess
-import sys
-
 import pytest
 
 from ascend_pd.errors import InputError
@@ -12,6 +9,7 @@ from ascend_pd.hardware import load_cluster
 from ascend_pd.models import get_model
 from ascend_pd.perf.on_chip import on_nodes, whole_cluster
 from ascend_pd.perf.shape import Shape
+from tests.cli_runner import run_cli
 from tests.mixed_chips import write_clusters
 
 SHAPE = Shape(tp=4)
@@ -45,9 +43,8 @@ def test_an_estimate_on_a_mixed_cluster_without_a_chip_asks_for_one(clusters):
 
 
 def test_the_estimate_command_asks_for_a_chip_without_a_traceback(clusters):
-    result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", "estimate", "--model", "qwen3-32b",
-                             "--cluster", clusters["mixed"], "--role", "decode", "--tp", "4", "--context", "512"],
-                            capture_output=True, text=True)
+    result = run_cli("estimate", "--model", "qwen3-32b", "--cluster", clusters["mixed"], "--role", "decode", "--tp",
+                     "4", "--context", "512")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "field '--chip'" in result.stderr and "fix: name the nodes' chip" in result.stderr
 

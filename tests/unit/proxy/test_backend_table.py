@@ -13,6 +13,7 @@ from ascend_pd.proxy.backend_table import BackendTable, TableEntry, decode_table
 from ascend_pd.proxy.backends import BackendPool
 from ascend_pd.proxy.breaker import CircuitBreaker
 from ascend_pd.proxy.table_keeper import TableKeeper
+from tests.threads import fine_thread_switching
 
 P, D1, D2 = "http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"
 START = BackendTable(0, "rev-a", [TableEntry(P, "prefill"), TableEntry(D1, "decode"), TableEntry(D2, "decode")])
@@ -96,14 +97,15 @@ def test_a_reader_racing_the_writer_sees_a_whole_table_every_time(tmp_path):
             if table != big_table(table.generation):
                 broken.append(f"generation {table.generation} read back otherwise")
 
-    reader = threading.Thread(target=read_forever)
-    reader.start()
-    try:
-        for generation in range(1, written):
-            write_table(path, big_table(generation))
-    finally:
-        done.set()
-        reader.join()
+    with fine_thread_switching():
+        reader = threading.Thread(target=read_forever)
+        reader.start()
+        try:
+            for generation in range(1, written):
+                write_table(path, big_table(generation))
+        finally:
+            done.set()
+            reader.join()
     assert not broken, f"{len(broken)} reads saw part of a table: {broken[0]}"
     assert len(seen) > written  # the reader did race the writer
     assert read_table(path).generation == written - 1

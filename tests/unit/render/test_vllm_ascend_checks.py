@@ -1,5 +1,6 @@
 """vllm-ascend's start-up checks, transcribed in render/vllm_ascend_checks.py, pass on every engine render writes
-for a deployment that validates: the shipped examples under both implementations and modes, and 100 plans."""
+for a deployment that validates: the shipped examples under both implementations and modes, and 100 plans (a
+share of them in a local run, tests/fuzz.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import yaml
 from ascend_pd.deploy import has_errors, parse_deployment, validate
 from ascend_pd.render import plan_processes, render_bundle
 from ascend_pd.render.vllm_ascend_checks import EngineStart, plan_refusals, refusals
-from tests.fuzzed_plans import fuzzed_plan
+from tests.fuzzed_plans import fuzzed_plan, plan_seeds
 
 from .conftest import EXAMPLE_NAMES, example_data
 
+BLOCKS = 10
 CONNECTORS = [("ascend-pd", "pull"), ("ascend-pd", "push"), ("vllm-ascend", "pull"), ("vllm-ascend", "push")]
 
 
@@ -80,12 +82,14 @@ def _loaded(data: dict):
     return parse_deployment(yaml.safe_dump(data), "test.yaml")
 
 
-def _checked(data: dict) -> tuple[bool, list]:
-    """(whether validation accepts the deployment, the refusals of its rendered engines)."""
+def _checked(data: dict) -> tuple[bool, list, int]:
+    """(whether validation accepts the deployment, the refusals of its rendered engines, how many of them have a KV
+    connector)."""
     loaded = _loaded(data)
     if has_errors(validate(loaded)):
-        return False, []
-    return True, plan_refusals(plan_processes(loaded))
+        return False, [], 0
+    plan = plan_processes(loaded)
+    return True, plan_refusals(plan), sum(1 for p in plan.processes() if p.kv_config)
 
 
 @pytest.mark.parametrize("implementation,mode", CONNECTORS)
@@ -93,7 +97,7 @@ def _checked(data: dict) -> tuple[bool, list]:
 def test_every_engine_of_every_shipped_example_starts_under_vllm_ascend(name, implementation, mode):
     data = example_data(name)
     data["connector"].update(implementation=implementation, mode=mode)
-    accepted, found = _checked(data)
+    accepted, found, _ = _checked(data)
     assert found == [], "\n".join(r.describe() for r in found)
     assert accepted or implementation == "vllm-ascend" and name.startswith("local-cpu")
 
@@ -126,20 +130,20 @@ def test_render_refuses_an_engine_vllm_ascend_would_refuse_even_when_no_rule_doe
 # ---- 100 plans (a third with an int8 cache): what the planner writes, and the same plans under the other
 # connectors and the other cache dtype
 
-@pytest.mark.parametrize("block", range(10))
+@pytest.mark.parametrize("block", range(BLOCKS))
 def test_every_engine_of_100_plans_starts_under_vllm_ascend_or_validation_says_why(block):
     """Each plan as written must validate and start; under vllm-ascend's connectors or with an int8 cache it may be
     refused, but only by a validation rule: render never writes an engine vllm-ascend refuses."""
     engines = 0
-    for seed in range(block * 10, block * 10 + 10):
+    for seed in plan_seeds()[block::BLOCKS]:
         plan = fuzzed_plan(seed)
         variants = [plan] + [copy.deepcopy(plan) for _ in range(3)]
         variants[1]["connector"].update(implementation="vllm-ascend", mode="pull")
         variants[2]["connector"].update(implementation="vllm-ascend", mode="push")
         variants[3]["model"]["kv_cache_dtype"] = "bf16" if plan["model"]["kv_cache_dtype"] == "int8" else "int8"
         for index, data in enumerate(variants):
-            accepted, found = _checked(data)
+            accepted, found, connected = _checked(data)
             assert accepted or index > 0, f"seed {seed}: the planner wrote a deployment validation refuses"
             assert found == [], f"seed {seed}, variant {index}: " + "\n".join(r.describe() for r in found)
-            engines += sum(1 for p in plan_processes(_loaded(data)).processes() if p.kv_config) if accepted else 0
+            engines += connected
     assert engines > 0  # at least some plans of each block are disaggregated and were checked
