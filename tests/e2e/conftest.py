@@ -33,10 +33,11 @@ DRAFT_ARGS = ["--speculative-config", '{"method":"deepseek_mtp","num_speculative
 DRAFT_MODELS = {"tiny-deepseek-mtp"}
 
 
-# A stack's ports, from one block of tests/ports.py: instance i serves HTTP on base + 10 i (its added ranks or a
-# replacement the autoscaler derives take the next ones), the proxy base + 90..99, and instance i's workers take
-# side-channel ports from base + 100 (i + 1).
-PORT_BLOCK = 400
+# A stack's ports, from one block of tests/ports.py unless a module gives its own HTTP base: instance i serves HTTP
+# on base + 10 i (its added ranks or an instance the autoscaler adds take the next ones), the proxy base + 90..99;
+# instance i's workers take side-channel ports from kv_base + 100 i.
+PORT_BLOCK = 100
+KV_BLOCK = 300
 
 
 def port_block() -> int:
@@ -48,6 +49,7 @@ def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp
     """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP, graph mode and its own block of
     ports; a model with an MTP layer runs with the planner's draft config on every instance."""
     port_base = port_block() if port_base is None else port_base
+    kv_base = free_port_range(KV_BLOCK)
     data = copy.deepcopy(BASE)
     data["metadata"]["name"] = f"e2e-{model}-{'colocated' if colocated else mode}-p{prefill_tp}"
     data["model"].update(name=model, path=str(models / model), served_name=model)
@@ -66,7 +68,7 @@ def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp
         if eager:  # no graph compilation: 20-30 s less start-up per engine on 2 cores
             inst["vllm"]["enforce_eager"] = True
         inst["http_port"] = port_base + 10 * index
-        inst["kv_port"] = port_base + 100 * (index + 1)
+        inst["kv_port"] = kv_base + 100 * index
     data["proxy"]["port"] = port_base + 90
     return data
 

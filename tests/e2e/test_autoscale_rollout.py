@@ -23,7 +23,7 @@ from ascend_pd.planner.resize import Step, counts_of, resize
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
-from .conftest import case_logs, local_deployment, port_block
+from .conftest import case_logs, local_deployment
 from .rollout_load import (CLIENTS, MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive,
                            node_command_here, on_node, read_pid, routed, set_nice, stop_what_runs, stream, terminate,
                            wait_ready)
@@ -31,7 +31,10 @@ from .stack import http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-PORT_BASE = port_block()  # P base, D base + 10, the added D base + 11, the proxy base + 90
+# P 8300, D 8310, the added D 8311, the proxy 8390: inside the HTTP range the planner gives instances (8100-8999),
+# which the resize that adds an instance keeps to; no other e2e module uses these. Side-channel ports from
+# tests/ports.py.
+PORT_BASE = 8300
 TOKEN = "rollout-token"
 START_S = 600.0  # an engine starts in under a minute here (3 under load without NICE): bounded well above
 

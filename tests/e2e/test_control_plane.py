@@ -29,14 +29,18 @@ from ascend_pd.proxy.backend_table import with_entry
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
-from .conftest import case_logs, local_deployment, port_block
+from tests.ports import free_port_range
+
+from .conftest import case_logs, local_deployment
 from .rollout_load import (MODEL, NICE, PROMPTS, REQUEST_TIMEOUT_S, Load, body, group_alive, node_command_here,
                            on_node, read_pid, set_nice, stop_what_runs, stream, terminate, wait_ready)
 from .stack import assert_prompt_kv_came_from_prefill, http_json, http_text, metric
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
-PORT_BASE = port_block()  # prefill-0 base, decode-0 base + 10, prefill-1 base + 20 (decode-1 after the flip)
+# prefill-0 8500, decode-0 8510, prefill-1 8520 (decode-1 after the flip): inside the planner's HTTP range, which a
+# resize keeps to; no other e2e module uses these. Side-channel ports from tests/ports.py.
+PORT_BASE = 8500
 REPLICA_PORTS = (PORT_BASE + 90, PORT_BASE + 91)
 TOKEN = "control-plane-token"
 START_S = 600.0
@@ -126,7 +130,7 @@ class TwoReplicas:
         prefill = data["instances"][0]
         data["instances"].append({**json.loads(json.dumps(prefill)), "name": "prefill-1", "engine_id": "prefill-1",
                                   "devices": [{"node": "localhost-00", "devices": [2]}],
-                                  "http_port": PORT_BASE + 20, "kv_port": PORT_BASE + 300})
+                                  "http_port": PORT_BASE + 20, "kv_port": free_port_range(1)})
         bundle.mkdir(parents=True)
         self.deployment_file.write_text(yaml.safe_dump(data, sort_keys=False))
 
