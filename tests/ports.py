@@ -1,10 +1,12 @@
 """Ports for the servers a test starts. A port the kernel handed to a probe socket (bind to 0) comes from the
 ephemeral range, the same range every outgoing connection draws its local port from, so between the probe and the
 server's own bind a client socket can take it. These come from below that range, where the kernel hands out
-nothing by itself, and never twice in one run."""
+nothing by itself, and never twice in one run. Under pytest-xdist each worker is a process of its own with its own
+record of what it handed out, so each takes ports only from its own slice of the range."""
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -20,6 +22,17 @@ def _ephemeral_start() -> int:
         return 32768  # Linux's default
 
 
+def _worker_slice(lowest: int, end: int) -> tuple[int, int]:
+    """This process's part of [lowest, end): all of it, or under pytest-xdist worker gwN's Nth of as many equal
+    slices as there are workers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return lowest, end
+    index, workers = int(worker[2:]), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    size = (end - lowest) // workers
+    return lowest + index * size, lowest + (index + 1) * size
+
+
 def _bindable(port: int) -> bool:
     with socket.socket() as probe:
         try:
@@ -31,19 +44,20 @@ def _bindable(port: int) -> bool:
 
 def free_port_range(count: int = 1) -> int:
     """The first of `count` consecutive ports that nothing holds now and no earlier call of this run returned."""
-    top = _ephemeral_start() - count
-    if top <= LOWEST:  # the whole range is ephemeral: take the kernel's pick and accept the race
+    lowest, end = _worker_slice(LOWEST, _ephemeral_start())
+    top = end - count  # the highest first port whose range ends inside the slice
+    if top <= lowest:  # no room below the ephemeral range: take the kernel's pick and accept the race
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             return probe.getsockname()[1]
-    bases = list(range(LOWEST, top))
+    bases = list(range(lowest, top + 1))
     random.shuffle(bases)  # runs that overlap on one host start apart
     for base in bases:
         ports = range(base, base + count)
         if not _handed_out.intersection(ports) and all(_bindable(port) for port in ports):
             _handed_out.update(ports)
             return base
-    raise RuntimeError(f"no {count} free consecutive ports between {LOWEST} and {top + count}")
+    raise RuntimeError(f"no {count} free consecutive ports between {lowest} and {end}")
 
 
 def free_port() -> int:

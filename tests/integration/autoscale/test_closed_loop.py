@@ -10,7 +10,9 @@ import pytest_asyncio
 from ascend_pd.planner.resize import counts_of
 from .closed_loop import CHAT, RAG, ClosedLoop, LoadResult, Traffic, offer, planned
 
-pytestmark = pytest.mark.asyncio
+# Alone: the autoscaler sizes the deployment from the latencies it measures, which another test's work would
+# lengthen; and every loop's engines listen on the planner's HTTP ports (8100...)
+pytestmark = [pytest.mark.asyncio, pytest.mark.alone]
 INTERVAL = 5.0
 WINDOW = 10.0  # two intervals: a rate over ~20-40 arrivals, so a shift shows within two intervals
 # Steady load is judged over a window of four intervals: a 10 s window's count of ~42 Poisson arrivals swings by a

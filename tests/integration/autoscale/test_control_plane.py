@@ -101,7 +101,10 @@ async def test_requests_in_flight_on_either_replica_keep_a_drain_waiting(deploym
     slow.behaviour = Behaviour(token_delay=0.5)  # a 3-token answer takes 1.5 s
     await asyncio.to_thread(plane.remove, engines[2].url)  # every request goes to `slow`
     requests = asyncio.gather(*(complete(replicas[1].url, f"slow {i}") for i in range(2)))
-    await asyncio.sleep(0.3)
+    deadline = time.monotonic() + 10  # on a busy box the requests may take more than a moment to reach `slow`
+    while slow.active < 2:
+        assert time.monotonic() < deadline, "the requests never reached the slow decode"
+        await asyncio.sleep(0.02)
     await asyncio.to_thread(plane.drain, slow.url)
     with pytest.raises(StepFailed, match="in flight"):
         await asyncio.to_thread(plane.wait_idle, [slow.url], 0.3)  # replica B's requests count

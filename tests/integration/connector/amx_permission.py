@@ -1,5 +1,5 @@
 """In a fresh process: whether it may run AMX tile instructions before and after vLLM's factory builds a decode
-worker's AscendPDConnector (one JSON line). Run by test_vllm_loading.py."""
+worker's AscendPDConnector (one JSON line). Run by test_vllm_loading.py with a base port: it binds it and the next."""
 
 from __future__ import annotations
 

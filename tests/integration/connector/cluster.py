@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import multiprocessing
 from pathlib import Path
 
 import torch
 
+import peer
 from kv_data import global_planes, shard
 from tests.ports import free_port_range
 
-PEER = Path(__file__).with_name("peer.py")
+# A peer would spend over a second of CPU importing torch and the connector: each forks from a server process that
+# has imported them (and nothing more) once. The server starts with the first peer, in the environment of then (the
+# session's KV secret), which every peer inherits.
+PEERS = multiprocessing.get_context("forkserver")
+PEERS.set_forkserver_preload(["torch", "ascend_pd.connector.worker"])
 
 
 def specs(tmp_path: Path, *, mode: str, p_tp: int, d_tp: int, num_kv_heads: int = 4, is_mla: bool = False,
@@ -32,23 +36,31 @@ def specs(tmp_path: Path, *, mode: str, p_tp: int, d_tp: int, num_kv_heads: int 
     return prefill, decode
 
 
-def start(spec: dict, tmp_path: Path) -> subprocess.Popen:
+def start(spec: dict, tmp_path: Path) -> multiprocessing.Process:
     path = tmp_path / (Path(spec["out"]).stem + ".json")
     path.write_text(json.dumps(spec))
-    log = open(tmp_path / (Path(spec["out"]).stem + ".log"), "w")
-    return subprocess.Popen([sys.executable, str(PEER), str(path)], stdout=log, stderr=subprocess.STDOUT)
+    log = path.with_suffix(".log")
+    proc = PEERS.Process(target=peer.run_logged, args=(str(path), str(log)), name=str(log))
+    proc.start()
+    return proc
 
 
-def run(tmp_path: Path, prefill: list[dict], decode: list[dict], timeout_s: float = 90) -> tuple[list, list]:
-    """Run every worker to its end; return the prefill and decode results (None for a process that died)."""
+def run(tmp_path: Path, prefill: list[dict], decode: list[dict], timeout_s: float = 90,
+        wait_for_prefill: bool = True) -> tuple[list, list]:
+    """Run the workers; return the prefill and decode results (None for a process that died before it reported).
+    A test that asserts nothing on prefill passes wait_for_prefill=False: its prefill workers are killed once every
+    decode worker has ended (the prefill of a request D gave up on holds it until its own timeout)."""
     procs = [start(spec, tmp_path) for spec in prefill + decode]
     try:
-        for proc in procs:
-            proc.wait(timeout=timeout_s)
+        for proc in procs if wait_for_prefill else procs[len(prefill):]:
+            proc.join(timeout_s)
+            if proc.exitcode is None:
+                raise TimeoutError(f"the peer logging to {proc.name} still runs after {timeout_s} s")
     finally:
         for proc in procs:
-            if proc.poll() is None:
+            if proc.exitcode is None:
                 proc.kill()
+                proc.join()
     results = [torch.load(spec["out"], weights_only=False) if Path(spec["out"]).exists() else None
                for spec in prefill + decode]
     return results[:len(prefill)], results[len(prefill):]

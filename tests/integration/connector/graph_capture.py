@@ -1,6 +1,7 @@
 """vllm-ascend's graph capture and warm-up, replayed on the NPU twin against connectors vLLM builds.
 
-Run as `python graph_capture.py MODEL_DIR BASE_PORT`; prints one JSON line per (mode, role) with what each hook did.
+Run as `python graph_capture.py MODEL_DIR BASE_PORT` (it binds BASE_PORT .. BASE_PORT + 4); prints one JSON line
+per (mode, role) with what each hook did.
 
 vllm-ascend captures FULL_DECODE_ONLY graphs with attention metadata built for dummy batches
 (`model_runner_v1.py` `_should_build_dummy_attn_metadata`) and no connector metadata bound; its MLA, SFA, DSA and
@@ -62,7 +63,7 @@ def main(model_dir: str, base_port: int) -> None:
         for role in ("kv_producer", "kv_consumer"):
             config = vllm_config(Path(model_dir), role=role, mode=mode)
             config.kv_transfer_config.kv_port = port
-            port += 10
+            port += 1
             connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, None)
             # vLLM's CPU attention layout, [num_blocks, kv_heads, block_size, 2 * head_size], on the twin's device
             caches = {layer: torch_npu_twin.place(torch.zeros(8, 2, 16, 64, dtype=torch.bfloat16), DEVICE)

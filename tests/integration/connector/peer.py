@@ -1,6 +1,7 @@
 """One connector worker in its own process, driven the way vLLM drives it, for the integration tests.
 
-Run as `python peer.py SPEC.json`; it writes its KV caches and what it reported to spec["out"] (torch.save).
+Run as `python peer.py SPEC.json`, or forked by the tests with run_logged (cluster.py); it writes its KV caches and
+what it reported to spec["out"] (torch.save).
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ def use_own_secret(spec: dict) -> None:
     os.environ[KV_SECRET_ENV] = str(path)
 
 
-def main() -> None:
-    spec = json.loads(open(sys.argv[1]).read())
+def main(spec_path: str) -> None:
+    spec = json.loads(open(spec_path).read())
     if "kv_secret" in spec:
         use_own_secret(spec)
     if spec.get("black_hole"):
@@ -195,8 +196,18 @@ def main() -> None:
     result["stats"] = stats.data if stats else None
     result.setdefault("caches", caches)
     worker.shutdown()
-    torch.save(result, spec["out"])
+    # whole or not at all: the test may kill a peer whose result it does not need at any moment
+    torch.save(result, spec["out"] + ".part")
+    os.replace(spec["out"] + ".part", spec["out"])
+
+
+def run_logged(spec_path: str, log_path: str) -> None:
+    """main() with this process's output, Python's and the Transfer Engine's, going to log_path."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, sys.stdout.fileno())
+    os.dup2(log, sys.stderr.fileno())
+    main(spec_path)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

@@ -83,12 +83,13 @@ def test_push_layers_computed_before_the_announcement_are_sent_when_it_arrives(t
     assert_prefill_released(prefill_results)
 
 
+@pytest.mark.alone  # times the transfer to a tenth of a second
 @pytest.mark.parametrize("mode", ["pull", "push"])
 def test_decode_measures_the_transfer_it_waited_for_after_the_prefill(tmp_path, mode):
     """Push writes each layer while the next one computes (0.4 s a layer here): of its transfer, only the last
     layer's share comes after the prefill. Pull starts reading when the prefill has ended: all of it does."""
     prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, prefill={"layer_compute_s": 0.4})
-    _, decode_results = run(tmp_path, prefill, decode)
+    _, decode_results = run(tmp_path, prefill, decode, wait_for_prefill=False)
     assert_decode_caches_exact(decode, decode_results)
     stats = decode_results[0]["stats"]
     spec = decode[0]
@@ -103,13 +104,14 @@ def test_decode_measures_the_transfer_it_waited_for_after_the_prefill(tmp_path, 
         assert exposed >= transfer > 0
 
 
+@pytest.mark.alone  # times the transfer to a tenth of a second
 def test_on_the_npu_twin_push_stamps_the_prefill_end_once_the_last_layer_is_on_the_device(tmp_path):
     """D measures the exposed transfer from the prefill's end that P sends; P takes that moment when the last
     layer's device write has run, not when the forward pass returned with the write queued. Here that write takes
     0.6 s of device time: a stamp taken before it would count those 0.6 s as transfer."""
     prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1, common={"npu_device": 1},
                             prefill={"last_layer_device_s": 0.6})
-    _, decode_results = run(tmp_path, prefill, decode)
+    _, decode_results = run(tmp_path, prefill, decode, wait_for_prefill=False)
     assert_decode_caches_exact(decode, decode_results)
     (exposed,) = decode_results[0]["stats"]["exposed"]
     assert exposed < 0.3, exposed
@@ -143,7 +145,7 @@ def test_decode_reaches_each_prefill_rank_at_its_own_host_when_the_ranks_span_tw
 def test_dead_prefill_peer_becomes_a_load_error_not_a_hang(tmp_path):
     prefill, decode = specs(tmp_path, mode="pull", p_tp=1, d_tp=1, common={"handshake_retries": 1},
                             prefill={"die_after_ready": True})
-    _, decode_results = run(tmp_path, prefill, decode)
+    _, decode_results = run(tmp_path, prefill, decode, wait_for_prefill=False)
     (result,) = decode_results
     assert result["received_after_s"] < 20
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
@@ -185,7 +187,7 @@ def test_prefill_dying_mid_push_becomes_a_load_error_after_the_kv_load_timeout(t
     prefill, decode = specs(tmp_path, mode="push", p_tp=1, d_tp=1,
                             common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5},
                             prefill={"die_at_layer": 1, "layer_compute_s": 0.5})
-    _, decode_results = run(tmp_path, prefill, decode)
+    _, decode_results = run(tmp_path, prefill, decode, wait_for_prefill=False)
     (result,) = decode_results
     # The 11 s run from whichever D saw first: its own request, or P's first layer report, which can arrive a moment
     # before D's request is announced. Failing early (not waiting for the timeout) would land well under 10.5 s.
@@ -213,7 +215,7 @@ def test_request_aborted_on_decode_before_allocation_releases_prefill_blocks(tmp
 def test_different_block_sizes_fail_the_handshake_with_a_clear_message(tmp_path, mode):
     prefill, decode = specs(tmp_path, mode=mode, p_tp=1, d_tp=1, decode={"block_size": 32},
                             common={"kv_load_timeout_s": 30, "transfer_timeout_s": 5})
-    _, (result,) = run(tmp_path, prefill, decode)
+    _, (result,) = run(tmp_path, prefill, decode, wait_for_prefill=False)
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert result["received_after_s"] < 20
     assert "prefill block size 16 != decode block size 32" in log_of(tmp_path, decode[0])
@@ -225,7 +227,7 @@ def test_a_silent_prefill_is_a_load_error_at_the_kv_load_timeout_and_never_stall
     outlast kv_load_timeout_s: the deadline ends the wait, and no call of vLLM's engine loop waits on P."""
     prefill, decode = specs(tmp_path, mode=mode, p_tp=2, d_tp=1, prefill={"black_hole": True},
                             common={"kv_load_timeout_s": 11, "transfer_timeout_s": 5, "handshake_retries": 20})
-    _, (result,) = run(tmp_path, prefill, decode)
+    _, (result,) = run(tmp_path, prefill, decode, wait_for_prefill=False)
     assert 10.5 <= result["received_after_s"] < 18, result["received_after_s"]
     assert result["failed_blocks"] == sorted(decode[0]["request"]["dst_blocks"])
     assert result["longest_hook_s"] < 0.5, result["longest_hook_s"]

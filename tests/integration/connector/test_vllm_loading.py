@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.ports import free_port
+from tests.ports import free_port, free_port_range
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "unit" / "connector"))
 from vllm_scheduler import tiny_model_dir, vllm_config  # noqa: E402
@@ -49,7 +49,7 @@ def test_workers_built_by_vllm_pull_a_request_between_two_engines(tmp_path, dist
 
     monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
     base = free_port()
-    prefill, decode = build_worker(tmp_path, "kv_producer", base), build_worker(tmp_path, "kv_consumer", base + 50)
+    prefill, decode = build_worker(tmp_path, "kv_producer", base), build_worker(tmp_path, "kv_consumer", free_port())
     try:
         # vLLM's CPU attention layout: [num_blocks, kv_heads, block_size, 2 * head_size]
         source = torch.randint(-30000, 30000, (12, 2, 16, 64), dtype=torch.int16).view(torch.bfloat16)
@@ -141,7 +141,8 @@ def test_a_decode_worker_process_may_run_amx_tiles_once_the_connector_is_built(t
     from tests import cpu_features
 
     script = Path(__file__).with_name("amx_permission.py")
-    done = subprocess.run([sys.executable, str(script), str(tiny_model_dir(tmp_path / "model")), str(free_port())],
+    done = subprocess.run([sys.executable, str(script), str(tiny_model_dir(tmp_path / "model")),
+                           str(free_port_range(2))],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "VLLM_HOST_IP": "127.0.0.1"})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -158,7 +159,7 @@ def test_graph_capture_without_connector_metadata_leaves_every_hook_quiet_on_the
 
     script = Path(__file__).with_name("graph_capture.py")
     model = tiny_model_dir(tmp_path / "model")
-    done = subprocess.run([sys.executable, str(script), str(model), str(free_port())], capture_output=True,
+    done = subprocess.run([sys.executable, str(script), str(model), str(free_port_range(5))], capture_output=True,
                           text=True, timeout=300, env={**os.environ, "VLLM_HOST_IP": "127.0.0.1"})
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -11,6 +11,7 @@ from ascend_pd.proxy.app import ProxyState, start_server
 from ascend_pd.proxy.endpoints import Endpoint, KVAddress
 from ascend_pd.proxy.settings import ProxySettings
 from tests.fakes.vllm_api import Behaviour, FakeEngine
+from tests.ports import free_port
 
 
 class Rig:
@@ -35,10 +36,8 @@ class Rig:
         settings.setdefault("public_detail", True)  # tests read /health's backends and /metrics without a token
         mode = settings.setdefault("mode", "pull" if prefills else "colocated")
         endpoints = [_endpoint(e) for e in self.prefills + self.decodes + self.colocated]
-        if mode == "layerwise":  # the metaserver URL must be known before the proxy starts: reserve a port
-            probe = await start_server(ProxyState([], ProxySettings()), "127.0.0.1", 0)
-            port = int(probe[1].rsplit(":", 1)[1])
-            await probe[0].cleanup()
+        if mode == "layerwise":  # the metaserver URL must be known before the proxy starts: take a free port
+            port = free_port()
             settings["metaserver_url"] = f"http://127.0.0.1:{port}/v1/metaserver"
         else:
             port = 0

@@ -56,6 +56,7 @@ async def test_the_fake_engines_metrics_count_the_requests_it_is_serving():
         await decode.stop()
 
 
+@pytest.mark.alone  # counts the reads a busy event loop gets done in 1.5 s
 @pytest.mark.asyncio
 async def test_the_poller_reads_every_engine_and_outlives_backends_that_hang_or_are_not_vllm(caplog):
     hung_reads = 0

@@ -53,7 +53,7 @@ def test_launcher_serves_completions_and_stop_ends_the_server(tiny_model, tmp_pa
         "cluster": "local-cpu", "model": {"name": "tiny-llama-gqa", "path": str(tiny_model)},
         "connector": {"implementation": "ascend-pd", "mode": "pull", "protocol": "tcp"},
         "instances": [{"name": "colocated-0", "role": "colocated", "devices": [{"node": "localhost-00", "devices": [1]}],
-                       "http_port": port, "kv_port": 26500,
+                       "http_port": port, "kv_port": free_port(),
                        "vllm": {"max_model_len": 256, "max_num_batched_tokens": 256, "max_num_seqs": 4,
                                 "block_size": 32}}],
         "proxy": {"node": "localhost-00", "port": free_port()},

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ascend_pd.deploy import load_deployment
 from ascend_pd.deploy.preflight import Site, run_preflight
 from ascend_pd.deploy.preflight.run import target_for
 from ascend_pd.hardware import configs_dir
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -118,18 +120,24 @@ def test_missing_npu_smi_fails_instead_of_crashing(healthy_a2_node):
     assert result.status == "fail" and "not installed" in result.detail
 
 
-def test_a_busy_port_fails_naming_its_owner(healthy_a2_node):
-    """local-cpu-tiny-gqa's prefill-0 binds side-channel port 26000 on this host."""
+def test_a_busy_port_fails_naming_its_owner(healthy_a2_node, tmp_path):
+    """local-cpu-tiny-gqa's prefill-0 binds its side-channel port on this host (moved to a free one here)."""
+    data = yaml.safe_load(CPU_EXAMPLE.read_text())
+    for instance in data["instances"]:
+        instance["kv_port"] = free_port()
+    port = data["instances"][0]["kv_port"]
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(yaml.safe_dump(data))
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
         try:
-            holder.bind(("0.0.0.0", 26000))
+            holder.bind(("0.0.0.0", port))
         except OSError:
-            pytest.fail("port 26000 is already taken on this machine; the test needs it to hold it itself")
+            pytest.fail(f"port {port} is already taken on this machine; the test needs it to hold it itself")
         holder.listen()
-        results = run(healthy_a2_node, deployment=CPU_EXAMPLE, node="localhost-00")
+        results = run(healthy_a2_node, deployment=deployment, node="localhost-00")
     assert results["ports"].status == "fail"
-    assert "26000 (instance 'prefill-0' DP rank 0 worker 0)" in results["ports"].detail
+    assert f"{port} (instance 'prefill-0' DP rank 0 worker 0)" in results["ports"].detail
     assert results["ascend"].status == "skip"
 
 
