@@ -40,15 +40,11 @@ PORT_BLOCK = 100
 KV_BLOCK = 300
 
 
-def port_block() -> int:
-    return free_port_range(PORT_BLOCK)
-
-
 def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp: int = 1,
                      colocated: bool = False, eager: bool = False, port_base: int | None = None) -> dict:
     """The shipped local-cpu example, changed to `model`, `mode`, a prefill TP, graph mode and its own block of
     ports; a model with an MTP layer runs with the planner's draft config on every instance."""
-    port_base = port_block() if port_base is None else port_base
+    port_base = free_port_range(PORT_BLOCK) if port_base is None else port_base
     kv_base = free_port_range(KV_BLOCK)
     data = copy.deepcopy(BASE)
     data["metadata"]["name"] = f"e2e-{model}-{'colocated' if colocated else mode}-p{prefill_tp}"

@@ -42,7 +42,8 @@ def dump_stacks(pids: list[int], out: Path) -> Path:
             try:
                 done = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
                                       timeout=30)
-                file.write(done.stdout or f"{done.stderr.strip().splitlines()[0]}\n")  # not Python: its error
+                error = done.stderr.strip().splitlines() or [f"py-spy exited {done.returncode} with no output"]
+                file.write(done.stdout or f"{error[0]}\n")  # not a Python process: py-spy's first line says so
             except subprocess.TimeoutExpired:
                 file.write("py-spy dump took more than 30 s\n")
     return out
