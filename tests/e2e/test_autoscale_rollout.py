@@ -19,6 +19,7 @@ from ascend_pd.autoscale.proxy_admin import ProxyAdmin
 from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
 from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import load_deployment
+from ascend_pd.planner.ports import HTTP_PORTS
 from ascend_pd.planner.resize import Step, counts_of, resize
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
@@ -34,7 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 # P 8300, D 8310, the added D 8311, the proxy 8390: inside the HTTP range the planner gives instances (8100-8999),
 # which the resize that adds an instance keeps to; no other e2e module uses these. Side-channel ports from
 # tests/ports.py.
-PORT_BASE = 8300
+PORT_BASE = HTTP_PORTS[0] + 200  # 8300
 TOKEN = "rollout-token"
 START_S = 600.0  # an engine starts in under a minute here (3 under load without NICE): bounded well above
 

@@ -24,6 +24,7 @@ from ascend_pd.autoscale.rollout import Launcher, Rollout, RolloutLog
 from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.deploy import load_deployment, revision_of
+from ascend_pd.planner.ports import HTTP_PORTS
 from ascend_pd.planner.resize import Step, counts_of, resize
 from ascend_pd.proxy.backend_table import with_entry
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
@@ -40,7 +41,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 # prefill-0 8500, decode-0 8510, prefill-1 8520 (decode-1 after the flip): inside the planner's HTTP range, which a
 # resize keeps to; no other e2e module uses these. Side-channel ports from tests/ports.py.
-PORT_BASE = 8500
+PORT_BASE = HTTP_PORTS[0] + 400  # 8500
 REPLICA_PORTS = (PORT_BASE + 90, PORT_BASE + 91)
 TOKEN = "control-plane-token"
 START_S = 600.0
