@@ -1,11 +1,14 @@
 """Suite-wide policy: in CI (CI=true) nothing may be skipped, so a missing optional dependency (vLLM, Mooncake,
-tokenizers) fails the run instead of quietly shrinking it."""
+tokenizers) fails the run instead of quietly shrinking it. Under pytest-xdist a test marked `alone`, one that judges
+what the CPUs get done in a given time, waits for the tests running in the other workers to end, and they wait for
+it."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from filelock import ReadWriteLock
 from hypothesis import settings
 
 from ascend_pd.deploy.secrets import KV_SECRET_ENV, write_new_secret
@@ -26,6 +29,21 @@ def _fail_skip(report) -> None:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, which must run every test: {reason}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: runs with no other test on the machine, even under pytest-xdist")
+
+
+@pytest.fixture(autouse=True)
+def machine(request, tmp_path_factory):
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    # the workers' base temporary directories share this parent, which is the run's own
+    lock = ReadWriteLock(tmp_path_factory.getbasetemp().parent / "machine.lock")
+    with lock.write_lock() if request.node.get_closest_marker("alone") else lock.read_lock():
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
