@@ -12,6 +12,7 @@ from ascend_pd.atomic import write_atomic
 from ascend_pd.autoscale.proxy_admin import StepFailed
 from ascend_pd.autoscale.settings import RolloutTimeouts
 from ascend_pd.deploy import LoadedDeployment
+from ascend_pd.deploy.layout import proxy_urls
 from ascend_pd.proxy.backend_table import BackendTable, encode_table, read_table, write_table
 from ascend_pd.render.bash import BACKEND_TABLE_FILE
 from ascend_pd.render.k8s import backend_table_map
@@ -56,8 +57,7 @@ class ConfigMapStore(TableStore):
 
 def replica_urls(loaded: LoadedDeployment) -> list[str]:
     """The base URL of every proxy replica the deployment names: proxy.node's, then each of proxy.extra_nodes'."""
-    proxy, cluster = loaded.deployment.proxy, loaded.cluster()
-    return [f"http://{cluster.node(node).host_ip}:{proxy.port}" for node in proxy.nodes]
+    return [url for _, url in proxy_urls(loaded)]
 
 
 def table_store(loaded: LoadedDeployment, bundle: Path, target: str, kubectl: str) -> TableStore:

@@ -97,6 +97,12 @@ def instance_ranks(instance: Instance, index: int, cluster: Cluster, moe: bool) 
     return ranks
 
 
+def proxy_urls(loaded: LoadedDeployment) -> list[tuple[str, str]]:
+    """(node, base URL) of every proxy replica: proxy.node's, then each of proxy.extra_nodes', at proxy.port."""
+    proxy, cluster = loaded.deployment.proxy, loaded.cluster()
+    return [(node, f"http://{cluster.node(node).host_ip}:{proxy.port}") for node in proxy.nodes]
+
+
 def engine_ranks(loaded: LoadedDeployment) -> list[EngineRank]:
     """Every DP rank of every instance, instance by instance; a node the cluster does not have is an InputError."""
     cluster = loaded.cluster()

@@ -25,6 +25,7 @@ ADMIN_TOKEN = f"{SECRETS_DIR}/admin.token"
 KV_SECRET_ENV = "ASCEND_PD_KV_SECRET_FILE"
 ADMIN_TOKEN_ENV = "ASCEND_PD_PROXY_ADMIN_TOKEN"  # the token itself, for a shell or a k8s secretKeyRef
 ADMIN_TOKEN_FILE_ENV = "ASCEND_PD_PROXY_ADMIN_TOKEN_FILE"
+API_KEY_ENV = "ASCEND_PD_PROXY_API_KEY"  # the proxy's client keys, like vLLM's VLLM_API_KEY
 
 K8S_SECRET_MOUNT = "/etc/ascend-pd/secrets"  # where rendered pods mount the deployment's Secret
 K8S_SECRET_MODE = 0o400
@@ -66,3 +67,17 @@ def secret_from_env(variable: str, *, field: str, fix: str) -> str | None:
     """The secret in the file that environment variable `variable` names; None when the variable is unset."""
     path = os.environ.get(variable)
     return read_secret(path, field=field, fix=fix) if path else None
+
+
+def read_key_file(path: str) -> tuple[str, ...]:
+    """The keys in `path`, one a line; blank lines and lines starting with '#' are skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"cannot read the API key file: {exc.strerror or exc}", file=path, field="--api-key-file",
+                         fix="pass a readable file with one key a line") from None
+    keys = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise InputError("the API key file holds no key", file=path, field="--api-key-file",
+                         fix="write one key a line")
+    return keys

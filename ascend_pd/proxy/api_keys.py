@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from pathlib import Path
 
-from ascend_pd.errors import InputError
+# kept with the deployment's other secrets, where `ascend-pd check` reads them without the proxy's libraries
+from ascend_pd.deploy.secrets import API_KEY_ENV, read_key_file  # noqa: F401
 from ascend_pd.proxy.failures import ClientError
 from ascend_pd.proxy.wire.server import Request
 
-API_KEY_ENV = "ASCEND_PD_PROXY_API_KEY"  # like vLLM's VLLM_API_KEY
 GUARDED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/models"})
 
 
@@ -40,17 +39,3 @@ class ApiKeys:
             matched |= hmac.compare_digest(presented, digest)
         if not matched:
             raise ClientError(401, "a valid API key is needed: 'Authorization: Bearer <key>'", "invalid_api_key")
-
-
-def read_key_file(path: str) -> tuple[str, ...]:
-    """The keys in `path`, one a line; blank lines and lines starting with '#' are skipped."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"cannot read the API key file: {exc.strerror or exc}", file=path, field="--api-key-file",
-                         fix="pass a readable file with one key a line") from None
-    keys = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
-    if not keys:
-        raise InputError("the API key file holds no key", file=path, field="--api-key-file",
-                         fix="write one key a line")
-    return keys

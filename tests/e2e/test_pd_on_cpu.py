@@ -3,6 +3,7 @@ same greedy tokens as one colocated engine, load their KV instead of recomputing
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -11,7 +12,7 @@ import pytest
 from . import timing
 from .stall import stall_watch
 from .conftest import case_logs, local_deployment
-from .stack import (Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
+from .stack import (Stack, ascend_pd, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
                     stream_completion)
 from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
                        run_workload)
@@ -78,6 +79,13 @@ def test_outputs_equal_the_colocated_run_token_for_token(pd):
 
 def test_decode_loaded_the_prompt_kv_instead_of_recomputing(pd):
     (decode_url,) = pd.endpoint_urls("decode")
+    # `ascend-pd check` on the running bundle, as an operator runs it: exit 0 (ascend_pd asserts it), and its
+    # canary's KV seen on D; twice, since each canary must be a prompt D has not cached
+    table = ascend_pd("check", str(pd.render_dir), "--metrics-wait", "30")
+    (pd.logs / "check.txt").write_text(table.stdout)
+    report = json.loads(ascend_pd("check", str(pd.render_dir), "--format", "json", "--metrics-wait", "30").stdout)
+    assert report["kv_from_prefill"]["status"] == "ok", report
+    assert report["kv_from_prefill"]["figures"]["decode-0/dp0"]["kv_transfers"] >= 1, report
     assert_prompt_kv_came_from_prefill(decode_url)
 
 

@@ -94,6 +94,7 @@ class FakeEngine:
         self._break_after: int | None = None
         self._omit_kv_params = False
         self.cut_from: set[int] = set()  # ports of P engines whose KV this D cannot reach
+        self.version: str | None = None  # vLLM's version on GET /version; None: no such endpoint (404)
 
     # --- lifecycle --------------------------------------------------------------------------------------------
     @property
@@ -111,6 +112,7 @@ class FakeEngine:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/version", self._version)
         app.router.add_get("/kv/{handle}", self._read_kv)  # pull: D reads P's blocks
         app.router.add_get("/kv-push/{key}", self._wait_pushed)  # push: D waits for P's writes, on P's side channel
         app.router.add_post("/kv-push/{key}", self._receive_push)  # layerwise: P writes into D
@@ -161,6 +163,11 @@ class FakeEngine:
         text = "".join(f"# HELP {name} {doc}\n# TYPE {name} gauge\n{name}{labels} {float(value)}\n"
                        for name, doc, value in gauges)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _version(self, request: web.Request) -> web.Response:
+        if self.version is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"version": self.version})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
