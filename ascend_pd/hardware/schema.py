@@ -31,16 +31,65 @@ class NodeType(_Strict):
     resource_name: str = Field("huawei.com/Ascend910", description="Kubernetes device resource of this node type")
 
 
+class NodeSpec(_Strict):
+    """One node as the site names and addresses it."""
+
+    name: str = Field(min_length=1, description="the node's name, as its hostname or the site calls it")
+    host_ip: IPv4Address = Field(description="the address other nodes and the proxy reach the node at")
+    device_ip_start: IPv4Address | None = Field(
+        None, description="device 0's RoCE address (`hccn_tool -i 0 -ip -g`); device d has this address plus d")
+    device_ips: list[IPv4Address] | None = Field(
+        None, min_length=1, description="each device's RoCE address, by device id, where they are not consecutive")
+    interface: str | None = Field(None, description="the host NIC for HCCL and Gloo traffic (default: the group's)")
+
+    @model_validator(mode="after")
+    def _one_way_to_give_device_ips(self) -> "NodeSpec":
+        if self.device_ip_start is not None and self.device_ips is not None:
+            raise ValueError(f"node '{self.name}' gives both device_ip_start and device_ips: keep one")
+        return self
+
+
+# Keys that number generated nodes, and so mean nothing in a group that lists its nodes.
+NUMBERING_KEYS = ("name_prefix", "host_ip_start", "device_ip_start")
+
+
 class NodeGroup(_Strict):
-    """`count` nodes of one type, named `{name_prefix}{index:02d}` with addresses counted up from the starts."""
+    """Nodes of one type: either listed (`nodes`), or `count` nodes named `{name_prefix}{index:02d}` with addresses
+    counted up from the starts."""
 
     type: str
-    count: int = Field(gt=0, le=4096)
-    name_prefix: str = Field(min_length=1)
+    count: int | None = Field(None, gt=0, le=4096, description="how many nodes; with `nodes`, optional and checked")
+    name_prefix: str | None = Field(None, min_length=1)
     superpod: int | None = Field(None, ge=0)
     host_ip_start: IPv4Address = IPv4Address("127.0.0.1")
     device_ip_start: IPv4Address | None = None
-    interface: str = "eth0"
+    interface: str = Field("eth0", description="the host NIC for HCCL and Gloo traffic")
+    nodes: list[NodeSpec] | None = Field(None, min_length=1, max_length=4096)
+
+    @model_validator(mode="after")
+    def _listed_or_numbered(self) -> "NodeGroup":
+        if self.nodes is None:
+            missing = [key for key in ("count", "name_prefix") if getattr(self, key) is None]
+            if missing:
+                raise ValueError(f"a node group needs {' and '.join(missing)}, or a `nodes` list naming each node")
+            return self
+        numbering = [key for key in NUMBERING_KEYS if key in self.model_fields_set]
+        if numbering:
+            raise ValueError(f"{', '.join(numbering)} number generated nodes; this group lists its nodes: give "
+                             "each node its own name and addresses instead")
+        if self.count is not None and self.count != len(self.nodes):
+            raise ValueError(f"count is {self.count} but the group lists {len(self.nodes)} nodes: drop count or "
+                             "make it match")
+        return self
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes) if self.nodes is not None else self.count  # type: ignore[return-value]
+
+    @property
+    def label(self) -> str:
+        """How an error names the group: its prefix, or its first node."""
+        return self.name_prefix or self.nodes[0].name  # type: ignore[index]
 
 
 class ClusterFile(_Strict):
@@ -63,7 +112,7 @@ class ClusterFile(_Strict):
                                  f"add it to links or use one of {sorted(self.links)}")
         for group in self.node_groups:
             if group.type not in self.node_types:
-                raise ValueError(f"node group '{group.name_prefix}' has type '{group.type}', not under node_types: "
+                raise ValueError(f"node group '{group.label}' has type '{group.type}', not under node_types: "
                                  f"use one of {sorted(self.node_types)}")
         for required in ("node", "cluster"):
             if required not in self.topology:

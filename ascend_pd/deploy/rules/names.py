@@ -9,14 +9,9 @@ from typing import Iterator
 
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
+from ascend_pd.hardware.node_names import K8S_NAME_MAX, LABEL_VALUE, LABEL_VALUE_RULE, unsafe_character
 from ascend_pd.yamlfile import Loc
 
-K8S_NAME_MAX = 63  # a label value, and the Service name (an RFC 1035 label)
-
-# A Kubernetes label value: what kubernetes.io/hostname holds, so the node selectors render writes match.
-LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-LABEL_VALUE_RULE = ("letters, digits, '-', '_' and '.', starting and ending with a letter or digit, at most "
-                    f"{K8S_NAME_MAX} characters (a Kubernetes label value)")
 # An RFC 1035 label: the deployment's name starts the names of its Kubernetes objects, its proxy Service among them.
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS_LABEL_RULE = "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
@@ -26,17 +21,6 @@ INTERFACE_RULE = "letters, digits, '-', '_', '.', ':' and '@', starting with a l
 
 # The suffixes render puts after metadata.name in object names (render/k8s.py), besides each instance's name.
 OBJECT_SUFFIXES = ("config", "backends", "secrets", "proxy")
-
-
-def unsafe_character(value: str, pattern: re.Pattern[str]) -> str | None:
-    """The first character of `value` that keeps it from matching `pattern` (a character class pattern), shown as
-    Python writes it (a newline as '\\n'); None when `value` matches."""
-    if pattern.fullmatch(value):
-        return None
-    for end in range(1, len(value) + 1):
-        if not pattern.fullmatch(value[:end]) and not pattern.fullmatch(value[:end] + "a"):
-            return repr(value[end - 1])
-    return f"{value[-1]!r} at its end"
 
 
 def _refused(ctx: Context, loc: Loc, what: str, value: str, pattern: re.Pattern[str],
