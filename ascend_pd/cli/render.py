@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from ascend_pd.cli.common import EXIT_FINDINGS, input_errors_exit_2, one_shot
 from ascend_pd.errors import InputError
+from ascend_pd.render.image import DEFAULT_IMAGE
 
 
 def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
@@ -31,8 +33,9 @@ def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
               help="the address of one node at this site, where the cluster file's host_ip_start numbering "
                    "guesses wrong; repeat for more nodes. Written into the bundle's deployment.yaml "
                    "(node_addresses), which the proxy and the autoscaler read")
-@click.option("--image", default="ascend-pd:latest", show_default=True,
-              help="container image holding ascend-pd and vLLM, for the k8s target")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True,
+              help="container image holding ascend-pd and vLLM, for the k8s target (docker/Dockerfile builds the "
+                   "default)")
 @input_errors_exit_2
 @one_shot
 def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node_ips: tuple[str, ...],
@@ -45,6 +48,7 @@ def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node
     """
     from ascend_pd.deploy import load_deployment
     from ascend_pd.render import RenderOptions, render_bundle, write_bundle
+    from ascend_pd.render.revisions import revisions
 
     loaded = load_deployment(file).with_node_addresses(parse_node_ips(node_ips))
     options = RenderOptions(target=target, interface=interface, image=image)
@@ -54,7 +58,12 @@ def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node
     if result.refused:
         click.echo(f"{file}: not rendered, fix the errors above first", err=True)
         sys.exit(EXIT_FINDINGS)
+    kept_before = revisions(Path(out_dir))
     written = write_bundle(result.files, out_dir, result.k8s_deployment)
     click.echo(f"wrote {len(written)} files to {out_dir}; see {out_dir}/README.md for what to run where")
+    kept = revisions(Path(out_dir))
+    if kept[-1:] != kept_before[-1:]:
+        click.echo(f"kept the bundle it replaced as revision {kept[-1].number}: `ascend-pd rollback {out_dir}` puts it "
+                   "back")
     click.echo(f"the deployment's secrets are in {out_dir}/secrets/ (kept when rendering into {out_dir} again): "
                "copy them with the bundle, never into version control")

@@ -15,14 +15,15 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware import shipped_clusters
 from ascend_pd.render.bash import bash_files, readme
 from ascend_pd.render.bundle_secrets import write_secrets
+from ascend_pd.render.image import DEFAULT_IMAGE
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
 from ascend_pd.render.ranktable import rank_table
+from ascend_pd.render.revisions import keep_revision
 from ascend_pd.render.vllm_ascend_checks import Refusal, plan_refusals
 from ascend_pd.yamlfile import dump_yaml
 
 TARGETS = ("bash", "k8s", "all")
-DEFAULT_IMAGE = "ascend-pd:latest"
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,10 @@ def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptio
 
 def write_bundle(files: dict[str, str], out: str | Path, k8s_deployment: str | None = None) -> list[Path]:
     """Write the files under `out`, each replaced whole (a process starting meanwhile reads the old or the new), shell
-    scripts executable; then the bundle's secrets, kept when `out` has them, and with `k8s_deployment` (a
-    RenderResult's) the Secret manifest."""
+    scripts executable, after keeping the bundle they replace as a revision (`ascend-pd rollback` puts it back); then
+    the bundle's secrets, kept when `out` has them, and with `k8s_deployment` (a RenderResult's) the Secret
+    manifest."""
+    keep_revision(Path(out), "render", files)
     written = []
     for relative, text in files.items():
         path = Path(out) / relative

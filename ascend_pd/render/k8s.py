@@ -23,6 +23,7 @@ CONFIG_DIR = "/etc/ascend-pd/config"
 # The backend table's ConfigMap, mounted whole (the kubelet refreshes a directory mount, never a subPath one)
 TABLE_DIR = "/etc/ascend-pd-backends"
 TABLE_KEY = "backends.json"
+TABLE_MANIFEST = "backends.yaml"  # under k8s/: rendered empty, then the autoscaler's (autoscale/stores.py)
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 # The Secret's keys are the file names in the bundle; each pod mounts only the keys its processes need.
 KV_KEY = Path(KV_SECRET).name
@@ -70,8 +71,13 @@ def _labels_of(deployment_name: str, component: str) -> dict[str, str]:
             "app.kubernetes.io/component": component}
 
 
+def object_name(deployment_name: str, part: str) -> str:
+    """The name of a deployment's object: `<deployment>-<instance>`, `-proxy`, `-config`."""
+    return f"{deployment_name}-{part}"
+
+
 def _object_name(plan: LaunchPlan, part: str) -> str:
-    return f"{plan.deployment.metadata.name}-{part}"
+    return object_name(plan.deployment.metadata.name, part)
 
 
 def secret_name(deployment_name: str) -> str:
@@ -243,5 +249,5 @@ def k8s_objects(plan: LaunchPlan, deployment_yaml: str, image: str,
     for instance in plan.deployment.instances:
         files[f"{instance.name}.yaml"] = instance_objects(plan, instance.name, image)
     files["proxy.yaml"] = proxy_objects(plan, image)
-    files["backends.yaml"] = [backend_table_map(plan.deployment.metadata.name)]
+    files[TABLE_MANIFEST] = [backend_table_map(plan.deployment.metadata.name)]
     return files

@@ -154,6 +154,11 @@ def render_as_an_operator(deployment: dict, workdir: Path, logs: Path, render_di
     if render_dir.exists():
         shutil.rmtree(render_dir)
     ascend_pd("render", str(path), "--out", str(render_dir), "--target", "bash", *flags)
+    return operator_env(logs)
+
+
+def operator_env(logs: Path) -> dict:
+    """The environment launch scripts run in: logs under `logs`, this venv's commands first on PATH."""
     return dict(os.environ, LOG_DIR=str(logs), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
 
 
@@ -181,7 +186,13 @@ class Stack:
         return [e.url for e in endpoints_from_deployment(loaded) if e.role == role]
 
     def start(self) -> "Stack":
-        env = render_as_an_operator(self.deployment, self.workdir, self.logs, self.render_dir)
+        render_as_an_operator(self.deployment, self.workdir, self.logs, self.render_dir)
+        return self.launch()
+
+    def launch(self) -> "Stack":
+        """Run the bundle in render_dir as it stands; wait until every engine the deployment names and the proxy
+        answer."""
+        env = operator_env(self.logs)
         for script in sorted(self.render_dir.glob("launch-*.sh")):
             subprocess.run(["bash", str(script)], check=True, env=env, capture_output=True, text=True)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -1,0 +1,21 @@
+"""The container image ascend-pd ships (docker/Dockerfile) and the vllm-ascend image it is built on, named once:
+render's default --image, the k8s manifests and tests/unit/render/test_image.py (which checks the Dockerfile)."""
+
+from __future__ import annotations
+
+from ascend_pd import __version__
+
+# The newest vllm-ascend release docs/vllm-ascend.md was read against, inside the `ascend` extra's range
+# (pyproject.toml). vllm-ascend publishes one image per release tag: quay.io/ascend/vllm-ascend:v<release> for A2
+# (910B), with -a3, -310p and -openeuler variants (.github/workflows/_schedule_image_build.yaml, type=pep440).
+VLLM_ASCEND_RELEASE = "0.25.1rc1"
+BASE_REPOSITORY = "quay.io/ascend/vllm-ascend"
+BASE_TAG = f"v{VLLM_ASCEND_RELEASE}"
+BASE_IMAGE = f"{BASE_REPOSITORY}:{BASE_TAG}"
+A3_SUFFIX = "-a3"  # the same release built for Atlas A3 (910C): docker build --build-arg VLLM_ASCEND_TAG=<tag>-a3
+
+IMAGE_REPOSITORY = "ascend-pd"
+# The tag names both what it holds, so a manifest never runs a `latest` that moved: ascend-pd's version and the
+# vllm-ascend release under it.
+IMAGE_TAG = f"{__version__}-vllm-ascend-{BASE_TAG}"
+DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
