@@ -14,7 +14,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 PARALLEL ?= -n 2
 
-.PHONY: plan test fast e2e unit bytecode install-base install-test kernels-cpu system-deps clean
+.PHONY: plan test fast e2e unit bytecode install-base install-test kernels-cpu system-deps pictures clean
 
 $(BIN)/python:
 	PYTHON=$(PYTHON) bash tools/system_deps.sh venv
@@ -36,6 +36,11 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 
 plan: install-base
 	$(BIN)/ascend-pd plan --model deepseek-r1 --out out/plan
+
+# The pictures under docs/pictures/, drawn again from their sources (tools/make_pictures.py); needs graphviz.
+pictures: install-base
+	PYTHON=$(PYTHON) bash tools/system_deps.sh pictures
+	$(BIN)/python tools/make_pictures.py
 
 # The CPU verification build of the AscendC kernels (see kernels_ascendc/README.md).
 kernels-cpu:

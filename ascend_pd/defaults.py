@@ -8,10 +8,13 @@ MTP_ACCEPTANCE = 0.7  # chance one MTP draft token is accepted; CloudMatrix-Infe
 # --- proxy -----------------------------------------------------------------------------------------------------
 PROXY_PORT = 8080  # port the PD proxy listens on; planner choice (instance HTTP ports start at 8100)
 PROXY_POLICY = "least-loaded"  # P and D routing (lighter of two random ranks); planner choice, what capacity models
-# proxy CPU on the 2-core development VM (README, "PD proxy"), which ascend_pd/planner/proxy_sizing.py sizes workers by
+# proxy CPU on the 2-core development VM (docs/benchmarks.md, Proxy), which planner/proxy_sizing.py sizes workers by
 PROXY_CPU_PER_REQUEST_S = 0.4e-3  # a streamed request, tokens together, at the maximum rate; measured, bench_proxy.py
 PROXY_CPU_PER_EVENT_S = 45e-6  # one SSE event relayed, at 64 streams of one event per read; measured, bench_proxy.py
 PROXY_CORE_UTILISATION = 0.6  # share of a proxy worker's core planned busy, so bursts do not queue; planner choice
+
+# --- serving nodes ---------------------------------------------------------------------------------------------
+MODEL_ROOT = "/models"  # where a plan says each node holds the weights (<root>/<model id>, or plan --model-path); planner choice
 
 # --- SLO -------------------------------------------------------------------------------------------------------
 SLO_TTFT_MS = 2000  # default time-to-first-token SLO; planner choice

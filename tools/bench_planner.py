@@ -36,7 +36,7 @@ SIM_REQUESTS = 15000  # at low rates 120 s holds too few requests for a steady p
 
 
 def time_plan(model: str, cluster: str, runs: int) -> tuple[float, float, float]:
-    """Median wall seconds of a full plan (search and all five files), its CPU seconds (what the wall time would be
+    """Median wall seconds of a full plan (search and all six files), its CPU seconds (what the wall time would be
     on an idle machine, as the planner runs on one core), and the wall seconds of the search alone."""
     full, cpu, search = [], [], []
     for _ in range(runs):

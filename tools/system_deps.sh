@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What the README's set-up commands need from the system, checked before anything else: with the argument "venv"
-# what `make plan` needs (a Python that is new enough and can make a venv), otherwise everything `make test` needs.
+# what `make plan` needs (a Python that is new enough and can make a venv), with "pictures" what `make pictures` needs
+# besides (graphviz), otherwise everything `make test` needs.
 # Run as root with apt-get (as CI does), it installs the missing Debian/Ubuntu packages; otherwise it prints the one
 # command that does and stops.
 set -euo pipefail
@@ -49,7 +50,9 @@ check_tests() {
     need_library 'libcurl\.so\.4' libcurl4
 }
 
-if [ "${1:-}" = venv ]; then
+if [ "${1:-}" = pictures ]; then
+    need_command dot graphviz              # `make pictures` only: CI uses the committed PNG files
+elif [ "${1:-}" = venv ]; then
     if too_old_or_new 10 99; then
         echo "$python is Python $version; ascend-pd needs 3.10 or newer: install one and pass it to make," \
              "as in make plan PYTHON=python3.11" >&2

@@ -9,13 +9,14 @@ import click
 
 from ascend_pd.cli.common import input_errors_exit_2, one_shot
 from ascend_pd.defaults import MTP_ACCEPTANCE
+from ascend_pd.perf.calibration import DEFAULT_PROFILE
 
 
 @click.command("calibrate")
 @click.argument("results", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--deployment", "deployment_file", required=True, type=click.Path(dir_okay=False),
               help="the deployment.yaml the results were measured on")
-@click.option("--base", default="cloudmatrix-infer", show_default=True,
+@click.option("--base", default=DEFAULT_PROFILE, show_default=True,
               help="shipped profile whose values the fit starts from and keeps for what it does not fit")
 @click.option("--fit", "fit_names", default=None, metavar="NAME,NAME",
               help="calibration values to fit (default: prefill_efficiency from TTFT; step_overhead_s, and with "

@@ -11,6 +11,7 @@ from typing import Callable, TypeVar
 import click
 
 from ascend_pd.errors import InputError
+from ascend_pd.perf.calibration import DEFAULT_PROFILE, PAPER_PROFILE
 
 F = TypeVar("F", bound=Callable)
 
@@ -51,5 +52,6 @@ def one_shot(fn: F) -> F:
 
 calibration_option = click.option(
     "--calibration", default=None, metavar="NAME|FILE",
-    help="cost-model calibration: a shipped profile (cloudmatrix-infer, the default: the paper's optimized stack; "
-         "vllm-ascend: vllm-ascend as users run it) or a file `ascend-pd calibrate` wrote")
+    help=f"cost-model calibration: a shipped profile ({DEFAULT_PROFILE}, the default: vllm-ascend as users run it, "
+         f"the engine every rendered deployment runs; {PAPER_PROFILE}: Huawei's optimized stack of the CloudMatrix "
+         "paper) or a file `ascend-pd calibrate` wrote")

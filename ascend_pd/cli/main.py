@@ -11,11 +11,13 @@ from ascend_pd.cli.lazy import LazyGroup
 COMMANDS = {
     "validate": "ascend_pd.cli.validate:validate_cmd",
     "clusters": "ascend_pd.cli.catalog:clusters_cmd",
+    "cluster": "ascend_pd.cli.cluster:cluster_cmd",
     "models": "ascend_pd.cli.catalog:models_cmd",
     "show": "ascend_pd.cli.catalog:show_cmd",
     "render": "ascend_pd.cli.render:render_cmd",
     "ranktable": "ascend_pd.cli.ranktable:ranktable_cmd",
     "preflight": "ascend_pd.cli.preflight:preflight_cmd",
+    "check": "ascend_pd.cli.check:check_cmd",
     "proxy": "ascend_pd.cli.proxy:proxy_cmd",
     "estimate": "ascend_pd.cli.estimate:estimate_cmd",
     "plan": "ascend_pd.cli.plan:plan_cmd",
@@ -23,6 +25,7 @@ COMMANDS = {
     "calibrate": "ascend_pd.cli.calibrate:calibrate_cmd",
     "replan": "ascend_pd.cli.replan:replan_cmd",
     "autoscale": "ascend_pd.cli.autoscale:autoscale_cmd",
+    "rollback": "ascend_pd.cli.rollback:rollback_cmd",
 }
 
 

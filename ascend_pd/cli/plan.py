@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot
-from ascend_pd.defaults import MTP_ACCEPTANCE
+from ascend_pd.defaults import MODEL_ROOT, MTP_ACCEPTANCE
+from ascend_pd.deploy.connector_needs import PUSH_MIN_CANN
 
 PROGRESS_AFTER_S = 1.0
 
@@ -75,16 +76,24 @@ class _LazyProgress:
 @click.option("--mtp", type=click.IntRange(min=0), default=None,
               help="MTP draft tokens per decode step (default: the model's MTP layers)")
 @click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True)
+@click.option("--connector", type=click.Choice(["ascend-pd", "vllm-ascend"]), default=None,
+              help="KV connector the deployment runs: ascend-pd's AscendPDConnector, or vllm-ascend's own Mooncake "
+                   "connectors (default: ascend-pd, or vllm-ascend for an int8 KV cache on NPUs); the report says "
+                   "what each needs")
 @click.option("--kv-mode", type=click.Choice(["push", "pull"]), default="push", show_default=True,
-              help="how KV moves P -> D: pushed layer by layer during prefill, or pulled after it")
+              help=f"how KV moves P -> D: pushed layer by layer during prefill (needs CANN {PUSH_MIN_CANN} on NPUs), "
+                   "or pulled after it")
+@click.option("--model-path", default=None, metavar="PATH",
+              help=f"where the weights are on every serving node, written as the deployment's model.path "
+                   f"(default: {MODEL_ROOT}/<model id>)")
 @calibration_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="write deployment.yaml, plan.json, report.md, pareto.csv and pareto.png here")
+              help="write deployment.yaml, plan.json, report.md, pareto.csv, pareto.png and placement.png here")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 @one_shot
-def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, kv_mode, calibration,
-             out_dir, fmt, **workload_values) -> None:
+def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, connector, kv_mode,
+             model_path, calibration, out_dir, fmt, **workload_values) -> None:
     """Plan a deployment of MODEL on a cluster for a workload and SLO.
 
     Without workload flags the default workload is prompts lognormal (mean 4000, p99 16000 tokens), outputs
@@ -107,9 +116,12 @@ def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_a
     try:
         cost, outcome = plan_chip_groups(costs, PlanInputs(
             workload=workload, slo=slo, devices=devices, rate=target, mtp=mtp, mtp_acceptance=mtp_acceptance,
-            kv_mode=kv_mode, cluster_ref=cluster or costs[0].cluster.name), progress)
+            kv_mode=kv_mode, connector=connector, cluster_ref=cluster or costs[0].cluster.name), progress)
     finally:
         progress.stop()
+    if model_path:
+        weights = outcome.deployment.model.model_copy(update={"path": model_path})
+        outcome.deployment = outcome.deployment.model_copy(update={"model": weights})
     data = write_outputs(cost, outcome, Path(out_dir)) if out_dir else plan_json(cost, outcome)
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
@@ -125,7 +137,7 @@ def _print_plan(data: dict, out_dir: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ascend_pd.planner.report import versus
+    from ascend_pd.planner.report import connector_line, versus
 
     console = Console()
     p = data["predicted"]
@@ -170,6 +182,8 @@ def _print_plan(data: dict, out_dir: str | None) -> None:
     for alt in data["alternatives"]:
         alts.add_row(alt["label"], f"{alt['rate_rps']:.2f}", str(alt["devices"]), f"{alt['rate_rps_per_device']:.4f}")
     console.print(alts)
+    console.print(connector_line(data))
     console.print(f"searched in {data['search_seconds']:.1f} s")
     if out_dir:
-        console.print(f"wrote {out_dir}/deployment.yaml, plan.json, report.md, pareto.csv, pareto.png")
+        console.print(f"wrote {out_dir}/deployment.yaml, plan.json, report.md, pareto.csv, pareto.png, "
+                      "placement.png")

@@ -1,4 +1,4 @@
-"""The Deployment contract (deployment.yaml): pydantic models that keep DESIGN.md's keys and reject unknown ones."""
+"""The Deployment contract (deployment.yaml): pydantic models with docs/design.md's keys that reject unknown ones."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Calibration of the cost model: how much of a chip's peaks serving achieves and the fixed costs of every step.
 
-Shipped profiles live in calibration.yaml, one per software stack (`cloudmatrix-infer`, the default, and
-`vllm-ascend`). A user's own file, as `ascend-pd calibrate` writes it, holds one profile's values.
+Shipped profiles live in calibration.yaml, one per software stack (`vllm-ascend`, the default, and
+`cloudmatrix-infer`). A user's own file, as `ascend-pd calibrate` writes it, holds one profile's values.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ import yaml
 from ascend_pd.errors import InputError
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
-DEFAULT_PROFILE = "cloudmatrix-infer"
+# The default follows the engine: every engine render writes runs vllm-ascend, so a plan is priced by the profile
+# fitted to vllm-ascend's own measurements unless --calibration names another.
+DEFAULT_PROFILE = "vllm-ascend"
+# Huawei's CloudMatrix-Infer stack (arXiv 2506.12708): the values every fit of another profile starts from.
+PAPER_PROFILE = "cloudmatrix-infer"
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ def _from_file(path: Path, chip_id: str) -> Calibration:
 
 
 def load_calibration(ref: str | None, chip_id: str) -> Calibration:
-    """The calibration `ref` names for `chip_id`: a shipped profile (default: cloudmatrix-infer) or a file."""
+    """The calibration `ref` names for `chip_id`: a shipped profile (default: DEFAULT_PROFILE) or a file."""
     if ref is None or ref in _shipped():
         return _profile(ref or DEFAULT_PROFILE, chip_id)
     path = Path(ref)
@@ -113,6 +117,15 @@ def load_calibration(ref: str | None, chip_id: str) -> Calibration:
         return _from_file(path, chip_id)
     raise InputError(f"unknown calibration '{ref}'", field="--calibration",
                      fix=f"name a profile ({', '.join(shipped_profiles())}) or a calibration YAML file")
+
+
+def pricing_sentence(name: str) -> str:
+    """Which profile priced a plan and why, in one sentence: `name` is a Calibration's name (a profile or a file)."""
+    if name not in _shipped():
+        return (f"Priced with the calibration file `{name}`, chosen with --calibration: values fitted to measurements "
+                "over a shipped profile.")
+    chosen = "the default" if name == DEFAULT_PROFILE else "chosen with --calibration"
+    return f"Priced with the `{name}` calibration profile, {chosen}: it prices {_shipped()[name]['prices']}."
 
 
 def calibration_for(chip_id: str) -> Calibration:

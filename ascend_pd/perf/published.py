@@ -13,7 +13,7 @@ import yaml
 
 from ascend_pd.hardware import load_cluster
 from ascend_pd.models import ModelSpec, get_model
-from ascend_pd.perf.calibration import DEFAULT_PROFILE, Calibration, load_calibration
+from ascend_pd.perf.calibration import PAPER_PROFILE, Calibration, load_calibration
 from ascend_pd.perf.exec_mode import ExecMode
 from ascend_pd.perf.fitting import FitResult, Row, errors, fit
 from ascend_pd.perf.shape import Shape
@@ -60,10 +60,10 @@ def profile_rows(profile: str) -> ProfileRows:
 
 def prior(profile: str, chip_id: str) -> Calibration:
     """Where every fit of `profile` starts, whole or with rows left out: its stored calibration with the values it
-    fits set back to the default profile's, so no rows it is judged on chose the start."""
+    fits set back to the paper's profile's, so no rows it is judged on chose the start."""
     names = profile_rows(profile).fit_values
-    default = load_calibration(DEFAULT_PROFILE, chip_id)
-    return load_calibration(profile, chip_id).with_values(**{name: getattr(default, name) for name in names})
+    paper = load_calibration(PAPER_PROFILE, chip_id)
+    return load_calibration(profile, chip_id).with_values(**{name: getattr(paper, name) for name in names})
 
 
 @cache

@@ -36,6 +36,7 @@ class Requirements:
     mtp: int = 0
     mtp_acceptance: float = 0.0
     kv_mode: str = "push"
+    connector: str = "ascend-pd"  # connector.implementation the plan writes
 
     @property
     def accepted(self) -> float:

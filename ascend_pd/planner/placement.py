@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ascend_pd.defaults import PROXY_POLICY, PROXY_PORT
+from ascend_pd.defaults import MODEL_ROOT, PROXY_POLICY, PROXY_PORT
 from ascend_pd.deploy.rules.names import K8S_NAME_MAX, OBJECT_SUFFIXES
 from ascend_pd.deploy.schema import (SLO, Connector, Deployment, DevicePlacement, Instance, Metadata, ModelRef,
                                      Parallel, Proxy, VllmArgs, Workload)
@@ -58,14 +58,6 @@ def _deployment_name(text: str, instances: list[Instance]) -> str:
     return label[:K8S_NAME_MAX - 1 - longest].rstrip("-")
 
 
-def _connector(cost: CostModel, req: Requirements, protocol: str) -> Connector:
-    """ascend-pd's connector, except for an int8 (C8) KV cache on NPUs: vllm-ascend gives only decode an int8 cache,
-    and only its layerwise connector quantizes prefill's bf16 KV as it writes (validation APD413)."""
-    if cost.kv_dtype == "int8" and protocol == "ascend":
-        return Connector(implementation="vllm-ascend", mode="push", protocol=protocol)
-    return Connector(implementation="ascend-pd", mode=req.kv_mode, protocol=protocol)
-
-
 def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requirements, workload: Workload, slo: SLO,
                      cluster_ref: str) -> Deployment:
     cluster = cost.cluster
@@ -94,8 +86,8 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
         metadata=Metadata(name=_deployment_name(f"{model.id}-{cluster.name}", instances)),
         cluster=cluster.name if cluster_ref in shipped_clusters() else cluster_ref,
         model=ModelRef(name=model.id, quantization=cost.quantization, kv_cache_dtype=cost.kv_dtype,
-                       path=f"/models/{model.id}", served_name=model.id),
-        connector=_connector(cost, req, protocol),
+                       path=f"{MODEL_ROOT}/{model.id}", served_name=model.id),
+        connector=Connector(implementation=req.connector, mode=req.kv_mode, protocol=protocol),
         workload=workload, slo=slo, instances=instances,
         proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy=PROXY_POLICY,
                     workers=proxy_workers(workload.rate, float(req.lengths.output_tokens.mean()), req.accepted)))

@@ -16,6 +16,7 @@ from ascend_pd.errors import InputError
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.planner.capacity import (PREDICT_REPEATS, Requirements, colocated_operating_point,
                                         decode_operating_tpot, prefill_pool, prefill_ttft)
+from ascend_pd.planner.connector_choice import plan_connector
 from ascend_pd.planner.modes import planned_costs
 from ascend_pd.planner.prefill_queue import PrefillPool
 from ascend_pd.planner.placement import build_deployment
@@ -37,6 +38,7 @@ class PlanInputs:
     mtp: int | None = None  # draft tokens per step; None: the model's MTP layers
     mtp_acceptance: float = MTP_ACCEPTANCE
     kv_mode: str = "push"
+    connector: str | None = None  # connector.implementation; None: ascend-pd's, or vllm-ascend's for a C8 cache
     cluster_ref: str = ""
     base_dir: Path | None = None  # where a relative workload trace path is resolved
 
@@ -61,11 +63,11 @@ def max_model_len(cost: CostModel, lengths: LengthSamples) -> int:
 def requirements(cost: CostModel, inputs: PlanInputs) -> Requirements:
     lengths = samples(inputs.workload, SAMPLES, base_dir=inputs.base_dir)
     mtp = cost.model.mtp_layers if inputs.mtp is None else inputs.mtp
+    connector, kv_mode = plan_connector(cost, inputs.connector, inputs.kv_mode)
     return Requirements(ttft=inputs.slo.ttft_ms / 1e3, tpot=inputs.slo.tpot_ms / 1e3,
                         attainment=inputs.slo.attainment, lengths=lengths, max_model_len=max_model_len(cost, lengths),
                         mtp=mtp, mtp_acceptance=inputs.mtp_acceptance if mtp else 0.0,
-                        # a C8 cache moves only through vllm-ascend's layerwise (push) connector (placement.py)
-                        kv_mode="push" if cost.kv_dtype == "int8" else inputs.kv_mode)
+                        kv_mode=kv_mode, connector=connector)
 
 
 def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budget: int,

@@ -229,7 +229,7 @@ def _sizing(cost: CostModel, deployment: Deployment, observed: Observed, headroo
     rate = observed.rate * (1 + headroom) if design_rate is None else max(design_rate, observed.rate)
     workload = observed.workload().model_copy(update={"rate": rate})
     inputs = PlanInputs(workload, deployment.slo, rate=rate, kv_mode=deployment.connector.mode,
-                        cluster_ref=deployment.cluster)
+                        connector=deployment.connector.implementation, cluster_ref=deployment.cluster)
     return _Sizing(budget, rate, requirements(cost, inputs))
 
 

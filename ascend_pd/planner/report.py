@@ -1,4 +1,5 @@
-"""What `ascend-pd plan --out DIR` writes: deployment.yaml, plan.json, report.md, pareto.csv and pareto.png."""
+"""What `ascend-pd plan --out DIR` writes: deployment.yaml, plan.json, report.md, pareto.csv, pareto.png and
+placement.png."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from ascend_pd.deploy import dump_deployment
+from ascend_pd.deploy.connector_needs import needs_sentence
+from ascend_pd.deploy.file_schemas import with_schema_beside
+from ascend_pd.perf.calibration import pricing_sentence
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.hardware.platform import platform_of
 from ascend_pd.perf.published import nearest_rows
 from ascend_pd.planner.capacity import Option
 from ascend_pd.planner.modes import planned_modes
 from ascend_pd.planner.pareto import Point, frontier, pareto_points, write_csv, write_png
+from ascend_pd.planner.placement_map import write_placement_png
 from ascend_pd.planner.plan import PlanOutcome
 from ascend_pd.planner.proxy_sizing import proxy_cores
 from ascend_pd.planner.search import Choice
@@ -75,6 +80,7 @@ def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
         "search_seconds": outcome.search_seconds,
         "calibration": {"profile": cost.cal.name, "values": {k: v for k, v in cost.cal.as_dict().items()
                                                              if k != "name"}},
+        "connector": outcome.deployment.connector.model_dump(mode="json"),
         "trust": _trust(cost, outcome),
     }
 
@@ -100,6 +106,13 @@ def _proxy_json(outcome: PlanOutcome) -> dict[str, Any]:
     return {"workers": outcome.deployment.proxy.workers,
             "cores_at_rate": proxy_cores(workload.rate, mean_output, req.accepted),
             "sse_events_per_s": workload.rate * mean_output / req.accepted}
+
+
+def connector_line(data: dict[str, Any]) -> str:
+    """What the plan's KV connector needs on the nodes (deploy/connector_needs.py), or that none runs."""
+    if data["kind"] == "colocated":
+        return "Colocated: no KV moves between engines, so none loads a KV connector."
+    return needs_sentence(**data["connector"])
 
 
 def _report_md(data: dict[str, Any], deployment_name: str) -> str:
@@ -143,8 +156,10 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
         lines.append(f"| {alt['label']} | {alt['rate_rps']:.2f} | {alt['devices']} "
                      f"| {alt['rate_rps_per_device']:.4f} |")
     lines += ["", f"Files: deployment.yaml (`ascend-pd validate`, `ascend-pd simulate`), plan.json, pareto.csv, "
-              f"pareto.png. Deployment name: {deployment_name}.", "",
-              f"Cost model calibration: `{data['calibration']['profile']}` (its values are in plan.json).", ""]
+              f"pareto.png, placement.png, deployment.schema.json (the JSON Schema deployment.yaml's first line "
+              f"names, for YAML editors). Deployment name: {deployment_name}.", "",
+              f"{pricing_sentence(data['calibration']['profile'])} Its values are in plan.json.", "",
+              "## Connector", "", connector_line(data), ""]
     lines += _trust_md(data["trust"], data["calibration"]["profile"])
     return "\n".join(lines)
 
@@ -170,7 +185,9 @@ def _trust_md(trust: list[dict[str, Any]], profile: str) -> list[str]:
 
 def write_outputs(cost: CostModel, outcome: PlanOutcome, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "deployment.yaml").write_text(dump_deployment(outcome.deployment), encoding="utf-8")
+    deployment_file = out_dir / "deployment.yaml"
+    deployment_file.write_text(with_schema_beside("deployment", deployment_file, dump_deployment(outcome.deployment)),
+                               encoding="utf-8")
     data = plan_json(cost, outcome)
     points = pareto_points(cost, outcome.requirements, outcome.result.options)
     front = frontier(points)
@@ -181,6 +198,8 @@ def write_outputs(cost: CostModel, outcome: PlanOutcome, out_dir: Path) -> dict[
                    p["tpot_ms"]) if p["tpot_ms"] > 0 and mean_output > 0 else None
     write_png(points, front, chosen, f"{cost.model.id} on {cost.cluster.name} ({outcome.budget} devices)",
               out_dir / "pareto.png")
+    write_placement_png(outcome.deployment, cost.cluster, f"{cost.model.id} on {cost.cluster.name}: where each "
+                        "instance runs", out_dir / "placement.png")
     data["pareto_frontier_points"] = len(front)
     (out_dir / "plan.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     (out_dir / "report.md").write_text(_report_md(data, outcome.deployment.metadata.name), encoding="utf-8")

@@ -14,6 +14,7 @@ from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.shape import Shape
 from ascend_pd.planner.capacity import (FluidCurve, Option, Requirements, colocated_option, decode_option,
                                         prefill_ceiling, prefill_option)
+from ascend_pd.planner.connector_choice import connector_pairs
 from ascend_pd.planner.modes import planned_costs
 
 Progress = Callable[[str, int, int], None]
@@ -142,14 +143,6 @@ def _fewest(option: Option, rate: float) -> int:
     return math.ceil(rate / option.rate - 1e-9)
 
 
-def connector_pairs(cost: CostModel) -> Callable[[Option, Option], bool]:
-    """Which prefill and decode shapes the plan's connector can pair. Under C8 the plan uses vllm-ascend's layerwise
-    connector (APD413), whose AscendConfig needs P TP a multiple of D TP for a model without MLA (APD403)."""
-    if cost.kv_dtype != "int8" or cost.model.mla:
-        return lambda p, d: True
-    return lambda p, d: p.shape.tp % d.shape.tp == 0
-
-
 def choose(options: dict[str, list[Option]], budget: int, rate: float | None,
            top_k: int = 5, pairs: Callable[[Option, Option], bool] = lambda p, d: True) -> SearchResult | None:
     """With a target `rate`: the fewest devices that sustain it. Without: the most goodput within `budget`.
@@ -197,14 +190,15 @@ def search(cost: CostModel, req: Requirements, budget: int, rate: float | None,
     target rate, as few groups as carry it. `only` limits the instance shapes."""
     group_budget = min(budget, unit_devices(cost.cluster))
     options = evaluate_options(cost, req, group_budget, progress, only)
+    pairs = connector_pairs(cost, req.connector, req.kv_mode)
     if rate is None:
         units = budget // group_budget
-        result = choose(options, group_budget, None, pairs=connector_pairs(cost))
+        result = choose(options, group_budget, None, pairs=pairs)
     else:
         result, units = None, 0
         while result is None and (units + 1) * group_budget <= budget:
             units += 1
-            result = choose(options, group_budget, rate / units, pairs=connector_pairs(cost))
+            result = choose(options, group_budget, rate / units, pairs=pairs)
     if result is None:
         need = "the target rate" if rate is not None else "the SLO"
         raise InputError(f"no deployment of {cost.model.id} on {budget} devices meets {need} with the "

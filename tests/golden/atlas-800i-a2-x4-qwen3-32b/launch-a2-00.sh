@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start every serving process of deployment 'qwen3-32b-a2x4' on node a2-00, or only the processes named as arguments.
+# Start every serving process of deployment 'qwen3-32b-atlas-800i-a2-x4' on node a2-00, or only the processes named as arguments.
 # Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
@@ -56,43 +56,63 @@ export HCCL_EXEC_TIMEOUT=204
 export ACL_OP_INIT_MODE=1
 export ASCEND_CONNECT_TIMEOUT=10000
 export ASCEND_TRANSFER_TIMEOUT=10000
+export HCCL_INTRA_ROCE_ENABLE=1
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# prefill-0 DP rank 0 (prefill): devices 0,1,2,3, http 8000, kv ports 28000-28003, engine prefill-0
+# decode-0 DP rank 0 (decode): devices 0,1,2,3, http 8100, kv ports 28000-28003, engine decode-0
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start prefill-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=256 \
-    vllm serve /models/Qwen3-32B \
+start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 HCCL_BUFFSIZE=600 \
+    vllm serve /models/qwen3-32b \
     --host 192.168.1.11 \
-    --port 8000 \
+    --port 8100 \
     --served-model-name qwen3-32b \
     --tensor-parallel-size 4 \
-    --max-model-len 16384 \
-    --max-num-batched-tokens 8192 \
-    --max-num-seqs 16 \
+    --max-model-len 6144 \
+    --max-num-batched-tokens 256 \
+    --max-num-seqs 117 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
-    --enforce-eager \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}},"abort_timeout_s":480}}' \
+    --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":28000,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":2,"dp_size":1},"decode":{"tp_size":4,"dp_size":1}}}}' \
     --additional-config '{}'
 
-# prefill-1 DP rank 0 (prefill): devices 4,5,6,7, http 8010, kv ports 28100-28103, engine prefill-1
+# prefill-0 DP rank 0 (prefill): devices 4,5, http 8101, kv ports 28004-28005, engine prefill-0
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start prefill-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=4,5,6,7 HCCL_BUFFSIZE=256 \
-    vllm serve /models/Qwen3-32B \
+start prefill-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=4,5 HCCL_BUFFSIZE=256 \
+    vllm serve /models/qwen3-32b \
     --host 192.168.1.11 \
-    --port 8010 \
+    --port 8101 \
     --served-model-name qwen3-32b \
-    --tensor-parallel-size 4 \
-    --max-model-len 16384 \
-    --max-num-batched-tokens 8192 \
+    --tensor-parallel-size 2 \
+    --max-model-len 6144 \
+    --max-num-batched-tokens 6144 \
     --max-num-seqs 16 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --enforce-eager \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28100,"engine_id":"prefill-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":4,"dp_size":1},"decode":{"tp_size":4,"dp_size":2}},"abort_timeout_s":480}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28004,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":2,"dp_size":1},"decode":{"tp_size":4,"dp_size":1}},"abort_timeout_s":480}}' \
+    --additional-config '{}'
+
+# prefill-1 DP rank 0 (prefill): devices 6,7, http 8102, kv ports 28006-28007, engine prefill-1
+# prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
+# only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
+start prefill-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=6,7 HCCL_BUFFSIZE=256 \
+    vllm serve /models/qwen3-32b \
+    --host 192.168.1.11 \
+    --port 8102 \
+    --served-model-name qwen3-32b \
+    --tensor-parallel-size 2 \
+    --max-model-len 6144 \
+    --max-num-batched-tokens 6144 \
+    --max-num-seqs 16 \
+    --gpu-memory-utilization 0.9 \
+    --block-size 128 \
+    --trust-remote-code \
+    --enforce-eager \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":28006,"engine_id":"prefill-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":2,"dp_size":1},"decode":{"tp_size":4,"dp_size":1}},"abort_timeout_s":480}}' \
     --additional-config '{}'

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-0-dp0 prefill-1-dp0 proxy
+  stop decode-0-dp0 prefill-0-dp0 prefill-1-dp0 proxy
 fi

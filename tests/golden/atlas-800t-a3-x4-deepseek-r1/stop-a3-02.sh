@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-0-dp0 decode-0-dp1 decode-0-dp2 decode-0-dp3 decode-0-dp4 decode-0-dp5 decode-0-dp6 decode-0-dp7 decode-0-dp8 decode-0-dp9 decode-0-dp10 decode-0-dp11 decode-0-dp12 decode-0-dp13 decode-0-dp14 decode-0-dp15
+  stop prefill-0-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-0-dp16 decode-0-dp17 decode-0-dp18 decode-0-dp19 decode-0-dp20 decode-0-dp21 decode-0-dp22 decode-0-dp23 decode-0-dp24 decode-0-dp25 decode-0-dp26 decode-0-dp27 decode-0-dp28 decode-0-dp29 decode-0-dp30 decode-0-dp31
+  stop prefill-1-dp0
 fi

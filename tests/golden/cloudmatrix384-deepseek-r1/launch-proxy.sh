@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start the ascend-pd proxy of deployment 'dsr1-cm384' on node cm0-n00; it reads its backends from deployment.yaml.
+# Start the ascend-pd proxy of deployment 'deepseek-r1-cloudmatrix384' on node cm0-n00; it reads its backends from deployment.yaml.
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
 
@@ -39,4 +39,4 @@ export ASCEND_PD_PROXY_ADMIN_TOKEN_FILE="$HERE/secrets/admin.token"
 
 # The proxy listens on 192.168.16.11:8080. The backend table holds the changes made
 # since the deployment file was written (ascend-pd autoscale, the admin API); a restart keeps them.
-start proxy ascend-pd proxy --deployment "$HERE/deployment.yaml" --backend-table "$HERE/backends.json" --host 192.168.16.11 --port 8080
+start proxy ascend-pd proxy --deployment "$HERE/deployment.yaml" --backend-table "$HERE/backends.json" --host 192.168.16.11 --port 8080 --workers 1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start every serving process of deployment 'dsr1-cm384x2' on node cm0-n02, or only the processes named as arguments.
+# Start every serving process of deployment 'deepseek-r1-cloudmatrix384-x2' on node cm0-n02, or only the processes named as arguments.
 # Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
@@ -59,11 +59,11 @@ export ASCEND_TRANSFER_TIMEOUT=10000
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# decode-0 DP rank 0 (decode): devices 0, http 8100, kv ports 36100, engine decode-0_dp0
+# decode-1 DP rank 0 (decode): devices 0, http 8100, kv ports 36000, engine decode-1_dp0
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8100 \
     --served-model-name deepseek-r1 \
@@ -73,22 +73,23 @@ start decode-0-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 1 (decode): devices 1, http 8101, kv ports 36101, engine decode-0_dp1
+# decode-1 DP rank 1 (decode): devices 1, http 8101, kv ports 36001, engine decode-1_dp1
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8101 \
     --served-model-name deepseek-r1 \
@@ -98,22 +99,23 @@ start decode-0-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 2 (decode): devices 2, http 8102, kv ports 36102, engine decode-0_dp2
+# decode-1 DP rank 2 (decode): devices 2, http 8102, kv ports 36002, engine decode-1_dp2
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8102 \
     --served-model-name deepseek-r1 \
@@ -123,22 +125,23 @@ start decode-0-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 3 (decode): devices 3, http 8103, kv ports 36103, engine decode-0_dp3
+# decode-1 DP rank 3 (decode): devices 3, http 8103, kv ports 36003, engine decode-1_dp3
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8103 \
     --served-model-name deepseek-r1 \
@@ -148,22 +151,23 @@ start decode-0-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 4 (decode): devices 4, http 8104, kv ports 36104, engine decode-0_dp4
+# decode-1 DP rank 4 (decode): devices 4, http 8104, kv ports 36004, engine decode-1_dp4
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8104 \
     --served-model-name deepseek-r1 \
@@ -173,22 +177,23 @@ start decode-0-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 5 (decode): devices 5, http 8105, kv ports 36105, engine decode-0_dp5
+# decode-1 DP rank 5 (decode): devices 5, http 8105, kv ports 36005, engine decode-1_dp5
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8105 \
     --served-model-name deepseek-r1 \
@@ -198,22 +203,23 @@ start decode-0-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 6 (decode): devices 6, http 8106, kv ports 36106, engine decode-0_dp6
+# decode-1 DP rank 6 (decode): devices 6, http 8106, kv ports 36006, engine decode-1_dp6
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8106 \
     --served-model-name deepseek-r1 \
@@ -223,22 +229,23 @@ start decode-0-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 7 (decode): devices 7, http 8107, kv ports 36107, engine decode-0_dp7
+# decode-1 DP rank 7 (decode): devices 7, http 8107, kv ports 36007, engine decode-1_dp7
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8107 \
     --served-model-name deepseek-r1 \
@@ -248,22 +255,23 @@ start decode-0-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 8 (decode): devices 8, http 8108, kv ports 36108, engine decode-0_dp8
+# decode-1 DP rank 8 (decode): devices 8, http 8108, kv ports 36008, engine decode-1_dp8
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8108 \
     --served-model-name deepseek-r1 \
@@ -273,22 +281,23 @@ start decode-0-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 9 (decode): devices 9, http 8109, kv ports 36109, engine decode-0_dp9
+# decode-1 DP rank 9 (decode): devices 9, http 8109, kv ports 36009, engine decode-1_dp9
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8109 \
     --served-model-name deepseek-r1 \
@@ -298,22 +307,23 @@ start decode-0-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 10 (decode): devices 10, http 8110, kv ports 36110, engine decode-0_dp10
+# decode-1 DP rank 10 (decode): devices 10, http 8110, kv ports 36010, engine decode-1_dp10
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8110 \
     --served-model-name deepseek-r1 \
@@ -323,22 +333,23 @@ start decode-0-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 11 (decode): devices 11, http 8111, kv ports 36111, engine decode-0_dp11
+# decode-1 DP rank 11 (decode): devices 11, http 8111, kv ports 36011, engine decode-1_dp11
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8111 \
     --served-model-name deepseek-r1 \
@@ -348,22 +359,23 @@ start decode-0-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 12 (decode): devices 12, http 8112, kv ports 36112, engine decode-0_dp12
+# decode-1 DP rank 12 (decode): devices 12, http 8112, kv ports 36012, engine decode-1_dp12
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8112 \
     --served-model-name deepseek-r1 \
@@ -373,22 +385,23 @@ start decode-0-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 13 (decode): devices 13, http 8113, kv ports 36113, engine decode-0_dp13
+# decode-1 DP rank 13 (decode): devices 13, http 8113, kv ports 36013, engine decode-1_dp13
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8113 \
     --served-model-name deepseek-r1 \
@@ -398,22 +411,23 @@ start decode-0-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 14 (decode): devices 14, http 8114, kv ports 36114, engine decode-0_dp14
+# decode-1 DP rank 14 (decode): devices 14, http 8114, kv ports 36014, engine decode-1_dp14
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8114 \
     --served-model-name deepseek-r1 \
@@ -423,22 +437,23 @@ start decode-0-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 15 (decode): devices 15, http 8115, kv ports 36115, engine decode-0_dp15
+# decode-1 DP rank 15 (decode): devices 15, http 8115, kv ports 36015, engine decode-1_dp15
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.13 \
     --port 8115 \
     --served-model-name deepseek-r1 \
@@ -448,13 +463,14 @@ start decode-0-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start every serving process of deployment 'dsr1-cm384x2' on node cm0-n03, or only the processes named as arguments.
+# Start every serving process of deployment 'deepseek-r1-cloudmatrix384-x2' on node cm0-n03, or only the processes named as arguments.
 # Processes run in the background; logs go to $LOG_DIR (default: logs/ beside this script).
 # Written by `ascend-pd render`: render again rather than edit.
 set -euo pipefail
@@ -59,11 +59,11 @@ export ASCEND_TRANSFER_TIMEOUT=10000
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# decode-0 DP rank 16 (decode): devices 0, http 8116, kv ports 36116, engine decode-0_dp16
+# decode-1 DP rank 16 (decode): devices 0, http 8116, kv ports 36016, engine decode-1_dp16
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8116 \
     --served-model-name deepseek-r1 \
@@ -73,22 +73,23 @@ start decode-0-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 17 (decode): devices 1, http 8117, kv ports 36117, engine decode-0_dp17
+# decode-1 DP rank 17 (decode): devices 1, http 8117, kv ports 36017, engine decode-1_dp17
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8117 \
     --served-model-name deepseek-r1 \
@@ -98,22 +99,23 @@ start decode-0-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 18 (decode): devices 2, http 8118, kv ports 36118, engine decode-0_dp18
+# decode-1 DP rank 18 (decode): devices 2, http 8118, kv ports 36018, engine decode-1_dp18
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8118 \
     --served-model-name deepseek-r1 \
@@ -123,22 +125,23 @@ start decode-0-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 19 (decode): devices 3, http 8119, kv ports 36119, engine decode-0_dp19
+# decode-1 DP rank 19 (decode): devices 3, http 8119, kv ports 36019, engine decode-1_dp19
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8119 \
     --served-model-name deepseek-r1 \
@@ -148,22 +151,23 @@ start decode-0-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 20 (decode): devices 4, http 8120, kv ports 36120, engine decode-0_dp20
+# decode-1 DP rank 20 (decode): devices 4, http 8120, kv ports 36020, engine decode-1_dp20
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8120 \
     --served-model-name deepseek-r1 \
@@ -173,22 +177,23 @@ start decode-0-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 21 (decode): devices 5, http 8121, kv ports 36121, engine decode-0_dp21
+# decode-1 DP rank 21 (decode): devices 5, http 8121, kv ports 36021, engine decode-1_dp21
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8121 \
     --served-model-name deepseek-r1 \
@@ -198,22 +203,23 @@ start decode-0-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 22 (decode): devices 6, http 8122, kv ports 36122, engine decode-0_dp22
+# decode-1 DP rank 22 (decode): devices 6, http 8122, kv ports 36022, engine decode-1_dp22
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8122 \
     --served-model-name deepseek-r1 \
@@ -223,22 +229,23 @@ start decode-0-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 23 (decode): devices 7, http 8123, kv ports 36123, engine decode-0_dp23
+# decode-1 DP rank 23 (decode): devices 7, http 8123, kv ports 36023, engine decode-1_dp23
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8123 \
     --served-model-name deepseek-r1 \
@@ -248,22 +255,23 @@ start decode-0-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 24 (decode): devices 8, http 8124, kv ports 36124, engine decode-0_dp24
+# decode-1 DP rank 24 (decode): devices 8, http 8124, kv ports 36024, engine decode-1_dp24
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8124 \
     --served-model-name deepseek-r1 \
@@ -273,22 +281,23 @@ start decode-0-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 25 (decode): devices 9, http 8125, kv ports 36125, engine decode-0_dp25
+# decode-1 DP rank 25 (decode): devices 9, http 8125, kv ports 36025, engine decode-1_dp25
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8125 \
     --served-model-name deepseek-r1 \
@@ -298,22 +307,23 @@ start decode-0-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 26 (decode): devices 10, http 8126, kv ports 36126, engine decode-0_dp26
+# decode-1 DP rank 26 (decode): devices 10, http 8126, kv ports 36026, engine decode-1_dp26
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8126 \
     --served-model-name deepseek-r1 \
@@ -323,22 +333,23 @@ start decode-0-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 27 (decode): devices 11, http 8127, kv ports 36127, engine decode-0_dp27
+# decode-1 DP rank 27 (decode): devices 11, http 8127, kv ports 36027, engine decode-1_dp27
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8127 \
     --served-model-name deepseek-r1 \
@@ -348,22 +359,23 @@ start decode-0-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 28 (decode): devices 12, http 8128, kv ports 36128, engine decode-0_dp28
+# decode-1 DP rank 28 (decode): devices 12, http 8128, kv ports 36028, engine decode-1_dp28
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8128 \
     --served-model-name deepseek-r1 \
@@ -373,22 +385,23 @@ start decode-0-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 29 (decode): devices 13, http 8129, kv ports 36129, engine decode-0_dp29
+# decode-1 DP rank 29 (decode): devices 13, http 8129, kv ports 36029, engine decode-1_dp29
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8129 \
     --served-model-name deepseek-r1 \
@@ -398,22 +411,23 @@ start decode-0-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 30 (decode): devices 14, http 8130, kv ports 36130, engine decode-0_dp30
+# decode-1 DP rank 30 (decode): devices 14, http 8130, kv ports 36030, engine decode-1_dp30
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8130 \
     --served-model-name deepseek-r1 \
@@ -423,22 +437,23 @@ start decode-0-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-0 DP rank 31 (decode): devices 15, http 8131, kv ports 36131, engine decode-0_dp31
+# decode-1 DP rank 31 (decode): devices 15, http 8131, kv ports 36031, engine decode-1_dp31
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-0-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
-    vllm serve /models/DeepSeek-R1-W8A8 \
+start decode-1-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
+    vllm serve /models/deepseek-r1 \
     --host 192.168.16.14 \
     --port 8131 \
     --served-model-name deepseek-r1 \
@@ -448,13 +463,14 @@ start decode-0-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --data-parallel-address 192.168.16.13 \
     --data-parallel-rpc-port 18100 \
     --enable-expert-parallel \
-    --max-model-len 16384 \
+    --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 8 \
+    --max-num-seqs 30 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36100,"engine_id":"decode-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":8,"dp_size":2},"decode":{"tp_size":1,"dp_size":32}}}}' \
-    --additional-config '{}'
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-1","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --additional-config '{}' \
+    --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'

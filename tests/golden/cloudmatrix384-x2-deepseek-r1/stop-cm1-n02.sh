@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-1-dp0 decode-1-dp1 decode-1-dp2 decode-1-dp3 decode-1-dp4 decode-1-dp5 decode-1-dp6 decode-1-dp7 decode-1-dp8 decode-1-dp9 decode-1-dp10 decode-1-dp11 decode-1-dp12 decode-1-dp13 decode-1-dp14 decode-1-dp15
+  stop decode-5-dp0 decode-5-dp1 decode-5-dp2 decode-5-dp3 decode-5-dp4 decode-5-dp5 decode-5-dp6 decode-5-dp7 decode-5-dp8 decode-5-dp9 decode-5-dp10 decode-5-dp11 decode-5-dp12 decode-5-dp13 decode-5-dp14 decode-5-dp15
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-1-dp16 decode-1-dp17 decode-1-dp18 decode-1-dp19 decode-1-dp20 decode-1-dp21 decode-1-dp22 decode-1-dp23 decode-1-dp24 decode-1-dp25 decode-1-dp26 decode-1-dp27 decode-1-dp28 decode-1-dp29 decode-1-dp30 decode-1-dp31
+  stop decode-5-dp16 decode-5-dp17 decode-5-dp18 decode-5-dp19 decode-5-dp20 decode-5-dp21 decode-5-dp22 decode-5-dp23 decode-5-dp24 decode-5-dp25 decode-5-dp26 decode-5-dp27 decode-5-dp28 decode-5-dp29 decode-5-dp30 decode-5-dp31
 fi

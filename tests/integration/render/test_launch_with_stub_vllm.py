@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ascend_pd.deploy import load_deployment
-from ascend_pd.hardware import configs_dir
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
+from tests.known_shapes import known_shape
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ SPREAD_TP = Path(__file__).resolve().parents[2] / "unit" / "render" / "spread-tp
 
 
 def render_to(example, out, node_ips=None, **options):
-    path = example if isinstance(example, Path) else configs_dir() / "deployments" / f"{example}.yaml"
+    path = example if isinstance(example, Path) else known_shape(example)
     loaded = load_deployment(path).with_node_addresses(node_ips or {})
     result = render_bundle(loaded, RenderOptions(target="bash", **options))
     write_bundle(result.files, out)

@@ -14,12 +14,13 @@ from ascend_pd.deploy import load_deployment
 from ascend_pd.deploy.preflight import Site, run_preflight
 from ascend_pd.deploy.preflight.run import target_for
 from ascend_pd.hardware import configs_dir
+from tests.known_shapes import known_shape
 from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes" / "bin"
-A2_EXAMPLE = configs_dir() / "deployments" / "atlas-800i-a2-x4-qwen3-32b.yaml"
+A2_EXAMPLE = known_shape("atlas-800i-a2-x4-qwen3-32b")
 CPU_EXAMPLE = configs_dir() / "deployments" / "local-cpu-tiny-gqa.yaml"
 # atlas-800i-a2-x4 numbers device IPs from 192.168.100.1, 8 per node: a2-02 holds .17 to .24.
 A2_02_IPS = [f"192.168.100.{17 + d}" for d in range(8)]
@@ -65,7 +66,7 @@ def test_an_unhealthy_npu_fails_npu_smi_naming_it(healthy_a2_node):
 
 
 def test_a3_table_counts_two_devices_per_npu(healthy_a2_node):
-    deployment = configs_dir() / "deployments" / "atlas-800t-a3-x4-deepseek-r1.yaml"
+    deployment = known_shape("atlas-800t-a3-x4-deepseek-r1")
     result = run(healthy_a2_node, deployment=deployment, node="a3-02", FAKE_NPU_CHIPS="16")["npu-smi"]
     assert result.status == "pass" and result.detail.startswith("16 devices on 8 NPUs")
 

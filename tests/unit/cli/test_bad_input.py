@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_pd.hardware import configs_dir
 from tests.cli_runner import run_cli as run
+from tests.known_shapes import known_shape
 
-EXAMPLE = configs_dir() / "deployments" / "atlas-800i-a2-x4-qwen3-32b.yaml"
+EXAMPLE = known_shape("atlas-800i-a2-x4-qwen3-32b")  # the edits below name its lines
 
 
 def run_entry_point(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -1,4 +1,7 @@
-"""Helpers for rule tests: start from a shipped example, change one thing, validate, look at the codes."""
+"""Helpers for rule tests: start from a deployment of known shape, change one thing, validate, look at the codes.
+
+The shapes come from tests/known_shapes.py (README.md in tests/fixtures/deployments/ says why); the CPU one is the
+shipped example, which stays hand-written."""
 
 import copy
 from pathlib import Path
@@ -8,12 +11,13 @@ import yaml
 
 from ascend_pd.deploy import parse_deployment, validate
 from ascend_pd.hardware import configs_dir
+from tests.known_shapes import known_shape
 
 EXAMPLES = configs_dir() / "deployments"
 
 
 def example(name: str) -> dict:
-    return yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    return yaml.safe_load(known_shape(name).read_text())
 
 
 def diagnose(data: dict):

@@ -14,9 +14,10 @@ def parsed(data: dict):
 
 
 @pytest.mark.parametrize("path", example_paths(), ids=lambda p: p.stem)
-def test_shipped_examples_run_one_replica_with_the_clis_worker_default(path):
+def test_shipped_examples_run_one_proxy_replica(path):
+    # the planned examples carry the worker count plan sized (`proxy.workers`); none spreads the proxy over nodes
     proxy = load_deployment(path).deployment.proxy
-    assert proxy.workers is None and proxy.extra_nodes == []
+    assert proxy.extra_nodes == []
     assert proxy.nodes == [proxy.node]
 
 

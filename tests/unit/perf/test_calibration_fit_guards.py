@@ -1,5 +1,5 @@
-"""Guards of the fit: the default profile reproduces the two published CloudMatrix384 figures it was fitted to, and
-refitting reproduces the stored values. These re-check fitted figures, so they catch a broken fit or a changed model,
+"""Guards of the fit: the cloudmatrix-infer profile reproduces the two published CloudMatrix384 figures it was fitted
+to, and refitting reproduces the stored values. These re-check fitted figures, so they catch a broken fit or a changed model,
 not a wrong one: tests/unit/perf/test_holdout.py judges the model on rows it was not fitted to."""
 
 import json
@@ -16,7 +16,7 @@ PUBLISHED_DECODE_TPOT_MS = 49.4
 
 def estimate(*args: str) -> dict:
     result = CliRunner().invoke(cli, ["estimate", "--model", "deepseek-r1", "--chip", "910c", "--quant", "w8a8",
-                                      "--format", "json", *args])
+                                      "--calibration", "cloudmatrix-infer", "--format", "json", *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 

@@ -26,6 +26,9 @@ DEPLOYMENT = DATA / "deployment.yaml"
 COMMITTED = DATA / "calibration.yaml"
 # What the committed calibration was fitted on (tools/calibrate_cpu.py's --fit), read back from it.
 FIT = ",".join(yaml.safe_load(COMMITTED.read_text())["values"])
+# The shipped profile it was fitted over (tools/calibrate_cpu.py's --base), read back from it: the CPU stand-in is
+# neither profile's engine, and its values were fitted over this one's priors.
+BASE = yaml.safe_load(COMMITTED.read_text())["base"]
 SLO = yaml.safe_load(DEPLOYMENT.read_text())["slo"]
 # The plan tools/calibrate_cpu.py prints: the measured workload and SLO on the two devices the stack ran on.
 PLAN = ["plan", "--model", "tiny-llama-gqa", "--cluster", "local-cpu", "--devices", "2", "--input-mean", "128",
@@ -36,7 +39,7 @@ PLAN = ["plan", "--model", "tiny-llama-gqa", "--cluster", "local-cpu", "--device
 # same concurrency measured in two full runs on this 2-core VM (both engines, the proxy and the benchmark client
 # share the cores) differed by up to 40% in TPOT (c8: 7.1 and 9.9 ms) and by 2x in TTFT at c1, and c1 measured
 # slower than c2 where the model is monotone in the batch; a fit to one run cannot promise rows much closer. 30%
-# still fails the default profile, which predicts these TPOTs 8-13x and these TTFTs 30-45x too low, or a TTFT row
+# still fails the base profile, which predicts these TPOTs 8-13x and these TTFTs 30-45x too low, or a TTFT row
 # that leaves out the KV handoff and decode's first step (31-55% under, whatever is fitted).
 TPOT_TOLERANCE = 0.30
 TTFT_TOLERANCE = 0.30
@@ -49,8 +52,8 @@ def invoke(*args: str):
 
 
 def calibrate_json(*extra: str):
-    return invoke("calibrate", *map(str, RESULTS), "--deployment", str(DEPLOYMENT), "--fit", FIT, "--format", "json",
-                  *extra)
+    return invoke("calibrate", *map(str, RESULTS), "--deployment", str(DEPLOYMENT), "--fit", FIT, "--base", BASE,
+                  "--format", "json", *extra)
 
 
 def test_the_committed_measurements_are_the_four_concurrencies():
@@ -103,16 +106,16 @@ def test_the_calibrated_plan_moves_tpot_the_way_the_measurements_do(tmp_path):
     out = tmp_path / "calibration.yaml"
     assert calibrate_json("--out", str(out)).exit_code == 0
     rows = bench_rows(DEPLOYMENT, [read_bench_result(p) for p in RESULTS])
-    default = load_calibration(None, "cpu")
-    tpot_errors = [err for row, _, err in errors(default, rows) if row.metric == "tpot"]
-    # Every measurement says the same about the default profile: it predicts TPOT too low (or every one: too high).
+    base = load_calibration(BASE, "cpu")
+    tpot_errors = [err for row, _, err in errors(base, rows) if row.metric == "tpot"]
+    # Every measurement says the same about the base profile: it predicts TPOT too low (or every one: too high).
     assert all(e < 0 for e in tpot_errors) or all(e > 0 for e in tpot_errors), tpot_errors
-    without = invoke(*PLAN)
+    without = invoke(*PLAN, "--calibration", BASE)
     calibrated = invoke(*PLAN, "--calibration", str(out))
     assert without.exit_code == 0 and calibrated.exit_code == 0, without.output + calibrated.output
     before = json.loads(without.output)["predicted"]["tpot_ms"]
     after = json.loads(calibrated.output)["predicted"]["tpot_ms"]
-    if tpot_errors[0] < 0:  # measured slower than the default profile predicts
+    if tpot_errors[0] < 0:  # measured slower than the base profile predicts
         assert after > before
     else:
         assert after < before
@@ -169,8 +172,8 @@ def test_a_value_the_measurements_push_past_its_range_is_reported():
     # values all settle inside their ranges.
     pushed = json.loads(calibrate_json().output)
     assert pushed["at_bounds"] == []
-    result = invoke("calibrate", *map(str, RESULTS), "--deployment", str(DEPLOYMENT), "--format", "json", "--fit",
-                    "decode_efficiency,step_overhead_s,prefill_efficiency,request_overhead_s")
+    result = invoke("calibrate", *map(str, RESULTS), "--deployment", str(DEPLOYMENT), "--base", BASE, "--format", "json",
+                    "--fit", "decode_efficiency,step_overhead_s,prefill_efficiency,request_overhead_s")
     assert result.exit_code == 0
     report = json.loads(result.stdout)
     assert report["at_bounds"] == ["request_overhead_s"]

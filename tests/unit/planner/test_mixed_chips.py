@@ -26,6 +26,13 @@ WORKLOAD = Workload(input_tokens=LengthDistribution(mean=1024, p99=4000, distrib
 SLO_HERE = SLO(ttft_ms=2000, tpot_ms=60, attainment=0.9)
 
 
+def device_work(cost) -> float:
+    """The chip's own work in one decode step. The step's total can hide it: an async engine's step is the longer of
+    the device's and the host's work, and the default profile's host work per step exceeds this shape's kernels."""
+    parts = cost.decode_step(SHAPE, BATCH, CONTEXT).parts
+    return parts["compute"] + parts["weights_read"] + parts["kv_read"]
+
+
 @pytest.fixture
 def clusters(tmp_path):
     return write_clusters(tmp_path)
@@ -50,7 +57,7 @@ def test_each_instance_is_priced_on_its_own_nodes_chip(clusters):
     only_b, only_c = (cost_model("qwen3-32b", str(clusters[chip])) for chip in ("910b3", "910c"))
     d_tpot = decode.tpot(SHAPE, BATCH, CONTEXT)
     assert d_tpot == replace(only_c, mode=decode.mode).tpot(SHAPE, BATCH, CONTEXT)
-    assert d_tpot < 0.95 * replace(only_b, mode=decode.mode).tpot(SHAPE, BATCH, CONTEXT)  # node 0's chip
+    assert device_work(decode) < 0.95 * device_work(replace(only_b, mode=decode.mode))  # node 0's chip
     ttft = prefill.prefill_time(SHAPE, [2048.0]).total
     assert ttft == replace(only_b, mode=prefill.mode).prefill_time(SHAPE, [2048.0]).total
     assert ttft > replace(only_c, mode=prefill.mode).prefill_time(SHAPE, [2048.0]).total

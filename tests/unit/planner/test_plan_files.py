@@ -87,7 +87,8 @@ def test_target_rate_uses_no_more_devices_than_needed_and_reaches_the_rate(tmp_p
 
 
 def test_report_says_which_deployment_kind_won_and_by_how_much(tmp_path):
-    plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--devices", "8")
+    # a TPOT target both kinds can meet, so there is a comparison to report
+    plan(tmp_path, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--devices", "8", "--tpot-ms", "100")
     report = (tmp_path / "report.md").read_text()
     assert "## Disaggregated or colocated" in report
     assert "more requests per device than the best" in report
@@ -117,3 +118,16 @@ def test_an_int8_kv_plan_runs_vllm_ascends_layerwise_connector_and_validates_cle
     assert (deployment["connector"]["implementation"], deployment["connector"]["mode"]) == ("vllm-ascend", "push")
     tps = {role: {i["parallel"]["tp"] for i in deployment["instances"] if i["role"] == role} for role in roles}
     assert all(p % d == 0 for p in tps["prefill"] for d in tps["decode"])
+
+
+def test_model_path_is_where_the_operator_says_the_weights_are(tmp_path):
+    from ascend_pd.deploy import load_deployment
+
+    default = tmp_path / "default"
+    plan(default, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--rate", "1")
+    assert load_deployment(default / "deployment.yaml").deployment.model.path == "/models/qwen3-32b"
+    chosen = tmp_path / "chosen"
+    plan(chosen, "--model", "qwen3-32b", "--cluster", "atlas-800i-a2-x4", "--rate", "1",
+         "--model-path", "/data/weights/Qwen3-32B")
+    assert load_deployment(chosen / "deployment.yaml").deployment.model.path == "/data/weights/Qwen3-32B"
+    assert errors_of(chosen / "deployment.yaml") == []

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from ascend_pd.cli.main import cli
 
-from .conftest import EXAMPLES, example_data
+from .conftest import EXAMPLES, example_data, known_shape
 
 
 def invoke(*args):
@@ -18,7 +18,7 @@ def invoke(*args):
 
 def test_render_writes_every_target_and_executable_scripts(tmp_path):
     out = tmp_path / "out"
-    result = invoke("render", str(EXAMPLES / "atlas-800i-a2-x4-qwen3-32b.yaml"), "--out", str(out))
+    result = invoke("render", str(known_shape("atlas-800i-a2-x4-qwen3-32b")), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert os.access(out / "launch-a2-00.sh", os.X_OK) and os.access(out / "stop-a2-03.sh", os.X_OK)
     assert (out / "k8s" / "decode-1.yaml").is_file() and (out / "ranktables" / "prefill-3.json").is_file()
@@ -57,20 +57,20 @@ def test_render_rejects_a_malformed_node_ip(tmp_path):
 
 
 def test_ranktable_prints_one_table_per_instance():
-    result = invoke("ranktable", str(EXAMPLES / "cloudmatrix384-deepseek-r1.yaml"))
+    result = invoke("ranktable", str(known_shape("cloudmatrix384-deepseek-r1")))
     assert result.exit_code == 0
     assert sorted(json.loads(result.output)) == ["decode-0", "prefill-0", "prefill-1"]
 
 
 def test_ranktable_writes_files_for_one_instance(tmp_path):
-    result = invoke("ranktable", str(EXAMPLES / "atlas-800i-a2-x4-qwen3-32b.yaml"), "--instance", "decode-1",
+    result = invoke("ranktable", str(known_shape("atlas-800i-a2-x4-qwen3-32b")), "--instance", "decode-1",
                     "--out", str(tmp_path))
     assert result.exit_code == 0
     assert [p.name for p in tmp_path.iterdir()] == ["decode-1.json"]
 
 
 def test_ranktable_input_errors_exit_2():
-    unknown = invoke("ranktable", str(EXAMPLES / "atlas-800i-a2-x4-qwen3-32b.yaml"), "--instance", "nope")
+    unknown = invoke("ranktable", str(known_shape("atlas-800i-a2-x4-qwen3-32b")), "--instance", "nope")
     assert unknown.exit_code == 2 and "prefill-0" in unknown.output
     cpu = invoke("ranktable", str(EXAMPLES / "local-cpu-tiny-gqa.yaml"))
     assert cpu.exit_code == 2 and "device IPs" in cpu.output and "Traceback" not in cpu.output

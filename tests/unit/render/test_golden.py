@@ -24,13 +24,20 @@ def test_render_matches_golden_files(name):
             pytest.fail(f"{name}/{path} differs from its golden file:\n{diff[:4000]}")
 
 
-def test_a_changed_example_shows_as_a_diff(a2_example):
-    from .conftest import loaded_from
+def test_a_changed_example_shows_as_a_diff():
+    import yaml
+
+    from .conftest import EXAMPLES, loaded_from
     from ascend_pd.render import render_bundle
 
-    a2_example["instances"][0]["vllm"]["max_num_seqs"] = 17
-    files = render_bundle(loaded_from(a2_example)).files
-    golden = (golden_dir() / "atlas-800i-a2-x4-qwen3-32b" / "launch-a2-00.sh").read_text()
-    diff = [line for line in difflib.unified_diff(golden.splitlines(), files["launch-a2-00.sh"].splitlines(), n=0)
+    name = "atlas-800i-a2-x4-qwen3-32b"
+    data = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    first = data["instances"][0]
+    seqs = first["vllm"]["max_num_seqs"]
+    first["vllm"]["max_num_seqs"] = seqs + 1
+    launcher = f"launch-{first['devices'][0]['node']}.sh"
+    files = render_bundle(loaded_from(data)).files
+    golden = (golden_dir() / name / launcher).read_text()
+    diff = [line for line in difflib.unified_diff(golden.splitlines(), files[launcher].splitlines(), n=0)
             if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))]
-    assert diff == ["-    --max-num-seqs 16 \\", "+    --max-num-seqs 17 \\"]
+    assert diff == [f"-    --max-num-seqs {seqs} \\", f"+    --max-num-seqs {seqs + 1} \\"]

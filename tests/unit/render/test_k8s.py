@@ -10,7 +10,7 @@ from kubernetes_validate.utils import latest_version
 
 from ascend_pd.render import RenderOptions
 
-from .conftest import EXAMPLE_NAMES, bundle_of
+from .conftest import EXAMPLE_NAMES, bundle_of, known_bundle
 
 K8S_VERSION = latest_version()
 
@@ -46,7 +46,7 @@ def test_the_schema_check_can_fail():
 
 
 def test_multi_node_instance_is_a_leader_worker_set_and_single_node_ones_are_deployments():
-    docs = documents(bundle_of("atlas-800t-a3-x4-deepseek-r1").files)
+    docs = documents(known_bundle("atlas-800t-a3-x4-deepseek-r1").files)
     lws, = docs["k8s/decode-0.yaml"]
     assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
@@ -61,7 +61,7 @@ def test_multi_node_instance_is_a_leader_worker_set_and_single_node_ones_are_dep
 
 
 def test_a2_pods_request_huawei_ascend910_and_mount_the_driver():
-    docs = documents(bundle_of("atlas-800i-a2-x4-qwen3-32b").files)
+    docs = documents(known_bundle("atlas-800i-a2-x4-qwen3-32b").files)
     pod = docs["k8s/prefill-1.yaml"][0]["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["requests"] == {"huawei.com/Ascend910": "4"}
     mounted = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
@@ -69,7 +69,7 @@ def test_a2_pods_request_huawei_ascend910_and_mount_the_driver():
 
 
 def test_proxy_has_a_deployment_and_a_service_on_its_port():
-    docs = documents(bundle_of("cloudmatrix384-deepseek-r1").files)
+    docs = documents(known_bundle("cloudmatrix384-deepseek-r1").files)
     deployment, service = docs["k8s/proxy.yaml"]
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     # one template for every replica: each listens on and advertises the host it lands on
