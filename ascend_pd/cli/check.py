@@ -43,7 +43,8 @@ def check_cmd(target: str, fmt: str, timeout: float, canary_timeout: float, metr
     Each engine rank: /health answers 200, /v1/models lists the model, /version is in the pinned range, the proxy
     routes it in its role. Each proxy replica: /health answers 200. Then one completion through the proxy and, for
     a prefill/decode deployment, D's metrics showing that its prompt KV came from P. The admin token (for the
-    proxy's backend list) is the bundle's secrets/admin.token, or ${ADMIN_TOKEN_FILE_ENV} / ${ADMIN_TOKEN_ENV}.
+    proxy's backend list) is the bundle's secrets/admin.token, or the file $ASCEND_PD_PROXY_ADMIN_TOKEN_FILE
+    names, or $ASCEND_PD_PROXY_ADMIN_TOKEN.
 
     Exit status: 0 every check passed, 1 a check failed, 2 bad input.
     """

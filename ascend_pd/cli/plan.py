@@ -186,4 +186,4 @@ def _print_plan(data: dict, out_dir: str | None) -> None:
     console.print(f"searched in {data['search_seconds']:.1f} s")
     if out_dir:
         console.print(f"wrote {out_dir}/deployment.yaml, plan.json, report.md, pareto.csv, pareto.png, "
-                      "placement.png")
+                      "placement.png, deployment.schema.json")

@@ -39,8 +39,15 @@ def modeline(reference: str) -> str:
     return f"{MODELINE_START}{reference}\n"
 
 
+def with_modeline_beside(kind: FileKind, text: str) -> str:
+    """`text` (a YAML file) with a first line naming its schema as a file beside it, in place of one it had: a copy
+    of a file moves away from the schema its own line named."""
+    body = text.partition("\n")[2] if text.startswith(MODELINE_START) else text
+    return modeline(schema_file_name(kind)) + body
+
+
 def with_schema_beside(kind: FileKind, path: str | Path, text: str) -> str:
     """`text` (a YAML file about to be written at `path`) with a first line naming a copy of its schema, which this
     writes beside `path`: a relative name that works offline and keeps working when the directory is copied."""
     (Path(path).parent / schema_file_name(kind)).write_text(schema_text(kind), encoding="utf-8")
-    return modeline(schema_file_name(kind)) + text
+    return with_modeline_beside(kind, text)

@@ -22,10 +22,11 @@ KEPT_REVISIONS = 10  # the oldest goes when an eleventh is kept: a rollout write
 RECORD = ".revision.json"  # in each revision: when and why it was kept
 DEPLOYMENT_FILE = "deployment.yaml"
 
-# What render writes: the deployment and its cluster's copy, the README, the launchers, rank tables and manifests.
+# What render writes: the deployment and its cluster's copy with their schemas, the README, the launchers, rank
+# tables and manifests.
 # Not the Secret manifest (its secrets are kept as they are) nor the backend table's ConfigMap, which the autoscaler
 # owns (autoscale/stores.py); neither are logs, pid files, the autoscaler's lock and log, nor revisions.
-_BUNDLE_GLOBS = ("*.yaml", "*.sh", "README.md", "ranktables/*.json", "k8s/*.yaml")
+_BUNDLE_GLOBS = ("*.yaml", "*.schema.json", "*.sh", "README.md", "ranktables/*.json", "k8s/*.yaml")
 KEPT_AS_THEY_ARE = (SECRET_MANIFEST, f"k8s/{TABLE_MANIFEST}")
 
 

@@ -111,3 +111,10 @@ def test_a_directory_without_a_deployment_and_an_unreadable_file_exit_2(tmp_path
     broken.write_text("kind: [unclosed\n")
     done = run_cli("check", str(broken))
     assert done.returncode == 2 and str(broken) in done.stderr and "Traceback" not in done.stderr
+
+
+def test_help_names_the_variables_the_admin_token_is_read_from():
+    from ascend_pd.deploy.secrets import ADMIN_TOKEN_ENV, ADMIN_TOKEN_FILE_ENV
+
+    said = " ".join(run_cli("check", "--help").stdout.split())
+    assert f"${ADMIN_TOKEN_FILE_ENV} " in said and f"${ADMIN_TOKEN_ENV}." in said

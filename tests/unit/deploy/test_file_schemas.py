@@ -60,3 +60,22 @@ def test_the_schema_files_ship_inside_the_package_data():
     assert '"superpod_configs" = "ascend_pd/superpod_configs"' in pyproject
     for kind in MODELS:
         assert shipped_schema(kind).is_relative_to(configs_dir())
+
+
+def test_a_bundle_carries_the_schemas_its_first_lines_name(tmp_path):
+    """Render copies a deployment whose cluster is a file: both copies name a schema beside them, which the bundle
+    holds and which they pass, wherever the bundle is copied to."""
+    from ascend_pd.deploy import load_deployment
+    from ascend_pd.render import render_bundle
+
+    cluster = tmp_path / "site.yaml"
+    cluster.write_text((configs_dir() / "clusters" / "local-cpu.yaml").read_text())
+    source = yaml.safe_load((configs_dir() / "deployments" / "local-cpu-tiny-gqa.yaml").read_text())
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(yaml.safe_dump({**source, "cluster": str(cluster)}))
+    files = render_bundle(load_deployment(deployment)).files
+    for kind, name in (("deployment", "deployment.yaml"), ("cluster", "cluster.yaml")):
+        first, _, body = files[name].partition("\n")
+        assert first == f"{MODELINE_START}{kind}.schema.json"
+        schema = json.loads(files[f"{kind}.schema.json"])
+        jsonschema.validate(yaml.safe_load(body), schema)

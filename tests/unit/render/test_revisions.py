@@ -257,3 +257,17 @@ def test_an_instance_moved_to_other_devices_is_resized_stopped_then_started_agai
     assert "resized  decode-0: decode, tp 1 dp 1 on localhost-00 [1] -> decode, tp 1 dp 1 on localhost-00 [2]" in output
     assert "prefill-0" not in output.split("to run it (bash):")[1]  # it runs as it did
     assert output.index("stop-localhost-00.sh decode-0-dp0") < output.index("launch-localhost-00.sh decode-0-dp0")
+
+
+def test_a_revision_holds_every_file_render_writes_but_the_kept_ones(tmp_path):
+    """What a revision keeps is found by file patterns: they must take in every file render writes, so a rollback
+    never leaves a newer file beside an older bundle."""
+    from ascend_pd.deploy import load_deployment
+    from ascend_pd.render import render_bundle
+    from ascend_pd.render.revisions import KEPT_AS_THEY_ARE
+
+    pd, _ = pd_and_colocated(tmp_path)
+    written = render_bundle(load_deployment(pd)).files
+    out = tmp_path / "out"
+    render(pd, out)
+    assert set(bundle_files(out)) == set(written) - set(KEPT_AS_THEY_ARE)
