@@ -32,7 +32,7 @@ class Step:
 def console_steps(text: str) -> list[Step]:
     """Each `$ ascend-pd` command of the page's console blocks, in page order, with the output shown under it."""
     steps: list[Step] = []
-    for block in re.findall(r"^```console\n(.*?)^```", text, flags=re.S | re.M):
+    for block in re.findall(r"^```console\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
         for line in block.splitlines():
             if line.startswith(PROMPT):
                 words = shlex.split(line[len(PROMPT):])
