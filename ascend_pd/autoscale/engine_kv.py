@@ -15,8 +15,9 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_pd.autoscale.proxy_admin import CALL_TIMEOUT, POLL_SECONDS, StepFailed
+from ascend_pd.deploy.connector_metrics import KV_HELD_REQUESTS
 
-GAUGE = "vllm:ascend_pd_kv_held_requests"
+GAUGE = KV_HELD_REQUESTS
 # The gauge follows the connector's count on every step only where vLLM collects the scheduler side's stats after
 # update_connector_output on every step (vLLM PR 43877, read in 0.32.0's v1/core/sched/scheduler.py). Before, it
 # could read 0 while KV is held, so an older engine is given its hold limit instead, as one without the gauge.

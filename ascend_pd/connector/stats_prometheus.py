@@ -9,6 +9,8 @@ from typing import Any
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
 from vllm.v1.metrics.utils import create_metric_per_engine
 
+from ascend_pd.deploy.connector_metrics import KV_FAILURES, KV_HELD_REQUESTS, KV_REQUEST_BYTES
+
 _SECONDS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 _BYTES_BUCKETS = [2.0**20 * mib for mib in (1, 4, 16, 64, 256, 1024, 4096)]
 
@@ -40,7 +42,7 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
             "place (in push mode this overlaps the prefill).", buckets=_SECONDS_BUCKETS)
         self.bytes = per_engine(self._counter_cls, "vllm:ascend_pd_kv_bytes",
                                 "KV bytes moved by this engine's workers.")
-        self.failures = per_engine(self._counter_cls, "vllm:ascend_pd_kv_failures",
+        self.failures = per_engine(self._counter_cls, KV_FAILURES,
                                    "Requests whose KV transfer failed (they become load errors and are recomputed).")
         self.refused = per_engine(
             self._counter_cls, "vllm:ascend_pd_side_channel_refused",
@@ -57,11 +59,11 @@ class AscendPDPromMetrics(KVConnectorPromMetrics):
             "Per request and decode rank: from its first KV byte moving to its whole prompt KV on D.",
             buckets=_SECONDS_BUCKETS)
         self.request_bytes = per_engine_and_mode(
-            self._histogram_cls, "vllm:ascend_pd_kv_request_bytes",
+            self._histogram_cls, KV_REQUEST_BYTES,
             "Per request and decode rank: prompt KV bytes moved to it.", buckets=_BYTES_BUCKETS)
         # the autoscaler stops a prefill engine only once this reads 0 (autoscale/engine_kv.py)
         self.held_requests = per_engine(
-            self._gauge_cls, "vllm:ascend_pd_kv_held_requests",
+            self._gauge_cls, KV_HELD_REQUESTS,
             "Requests whose prompt KV this prefill engine still holds for a decode instance to read or is still "
             "sending; 0 means it can stop without failing a handoff.", multiprocess_mode="mostrecent")
 

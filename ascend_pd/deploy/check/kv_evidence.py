@@ -14,15 +14,17 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ascend_pd.deploy import connector_metrics
 from ascend_pd.deploy.check.calls import Unreachable, call
 from ascend_pd.deploy.check.prometheus_text import sample_sum
 from ascend_pd.deploy.check.report import Finding
 
 EXTERNAL_TOKENS = "vllm:external_prefix_cache_hits_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
-KV_TRANSFERS = "vllm:ascend_pd_kv_request_bytes_count"
-KV_BYTES = "vllm:ascend_pd_kv_request_bytes_sum"
-KV_FAILURES = "vllm:ascend_pd_kv_failures_total"
+# the samples of the connector's metrics (deploy/connector_metrics.py) as a Prometheus page names them
+KV_TRANSFERS = f"{connector_metrics.KV_REQUEST_BYTES}_count"
+KV_BYTES = f"{connector_metrics.KV_REQUEST_BYTES}_sum"
+KV_FAILURES = f"{connector_metrics.KV_FAILURES}_total"
 READ = {"external_tokens": EXTERNAL_TOKENS, "prompt_tokens": PROMPT_TOKENS, "kv_transfers": KV_TRANSFERS,
         "kv_bytes": KV_BYTES, "kv_failures": KV_FAILURES}
 POLL_SECONDS = 0.5
