@@ -21,10 +21,12 @@ from ascend_pd.autoscale.proxy_admin import Interrupted, ProxyAdmin, StepFailed,
 from ascend_pd.autoscale.settings import DEFAULT_KUBECTL, DEFAULT_NODE_COMMAND, RolloutTimeouts
 from ascend_pd.deploy import LoadedDeployment, dump_deployment, parse_deployment, write_deployment
 from ascend_pd.deploy.handoff import ABORT_TIMEOUT_S
+from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT
 from ascend_pd.deploy.schema import Deployment, Instance
 from ascend_pd.planner.resize import Step
 from ascend_pd.proxy.endpoints import Endpoint, endpoints_from_deployment
 from ascend_pd.render.bundle import RenderOptions, render_bundle, write_bundle
+from ascend_pd.render.k8s import TABLE_MANIFEST
 from ascend_pd.render.processes import LaunchPlan, plan_processes
 
 @dataclass
@@ -149,7 +151,7 @@ class Rollout:
             raise StepFailed(f"the changed deployment does not validate: {first.code} {first.message}")
         # the deployment file is written below, once what runs is known; the backend table's ConfigMap is the control
         # plane's (rendered empty, it would hide the table from `kubectl apply -f k8s/`)
-        kept = ("deployment.yaml", "k8s/backends.yaml")
+        kept = (BUNDLE_DEPLOYMENT, f"k8s/{TABLE_MANIFEST}")
         # the bundle's secrets are kept, so the instances it starts agree with the running ones
         write_bundle({k: v for k, v in rendered.files.items() if k not in kept}, self.launcher.bundle,
                      rendered.k8s_deployment)

@@ -15,7 +15,7 @@ from ascend_pd.deploy import LoadedDeployment
 from ascend_pd.deploy.layout import proxy_urls
 from ascend_pd.proxy.backend_table import BackendTable, encode_table, read_table, write_table
 from ascend_pd.render.bash import BACKEND_TABLE_FILE
-from ascend_pd.render.k8s import backend_table_map
+from ascend_pd.render.k8s import TABLE_MANIFEST, backend_table_map
 
 class TableStore:
     """Where the replicas find the table when they start again: the file beside them (bash; give every replica's
@@ -66,5 +66,5 @@ def table_store(loaded: LoadedDeployment, bundle: Path, target: str, kubectl: st
     path = bundle / BACKEND_TABLE_FILE
     if target != "k8s":
         return TableStore(path)
-    return ConfigMapStore(path, bundle / "k8s" / "backends.yaml", loaded.deployment.metadata.name, kubectl,
+    return ConfigMapStore(path, bundle / "k8s" / TABLE_MANIFEST, loaded.deployment.metadata.name, kubectl,
                           RolloutTimeouts.command)

@@ -24,13 +24,14 @@ def _instances(deployment_file: Path) -> str:
 
 
 def _list(bundle: Path) -> None:
-    from ascend_pd.render.revisions import DEPLOYMENT_FILE, check_bundle, revisions
+    from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT
+    from ascend_pd.render.revisions import check_bundle, revisions
 
     check_bundle(bundle)
     kept = revisions(bundle)
-    click.echo(f"now       {_instances(bundle / DEPLOYMENT_FILE)}")
+    click.echo(f"now       {_instances(bundle / BUNDLE_DEPLOYMENT)}")
     for revision in reversed(kept):
-        click.echo(f"{revision.number:<9} {_instances(revision.path / DEPLOYMENT_FILE)}  [{_kept(revision)}]")
+        click.echo(f"{revision.number:<9} {_instances(revision.path / BUNDLE_DEPLOYMENT)}  [{_kept(revision)}]")
     if not kept:
         click.echo("no earlier revision: render keeps the bundle it replaces, from the second render into DIR on")
 
@@ -39,10 +40,10 @@ def _holding_the_autoscaler_lock(bundle: Path):
     """The autoscaler's own lock on the bundle, so none runs (or starts) while the files change under it: it would
     reconcile the proxies to instances not started yet, or write its next change over the restored file."""
     from ascend_pd.autoscale.lock import AutoscalerLock
-    from ascend_pd.render.revisions import DEPLOYMENT_FILE
+    from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT
 
     try:
-        return AutoscalerLock(bundle / DEPLOYMENT_FILE)
+        return AutoscalerLock(bundle / BUNDLE_DEPLOYMENT)
     except InputError as exc:
         raise InputError(f"an autoscaler runs this deployment ({exc.message})", file=str(bundle), field="DIR",
                          fix="stop it first (kill its pid; it ends a change in progress cleanly), roll back, start "
@@ -66,7 +67,8 @@ def rollback_cmd(bundle_dir: str, number: int | None, listing: bool) -> None:
     instances that adds, removes or resizes, and what to run so that the running deployment follows.
     """
     from ascend_pd.deploy import load_deployment
-    from ascend_pd.render.revisions import DEPLOYMENT_FILE, check_bundle, chosen_revision, restore_revision
+    from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT
+    from ascend_pd.render.revisions import check_bundle, chosen_revision, restore_revision
     from ascend_pd.render.rollback_steps import instance_changes, run_steps
 
     bundle = Path(bundle_dir)
@@ -78,14 +80,14 @@ def rollback_cmd(bundle_dir: str, number: int | None, listing: bool) -> None:
     try:
         target = chosen_revision(bundle, number)
         # both deployments load before a file changes: one that does not leaves the bundle as it was
-        load_deployment(bundle / DEPLOYMENT_FILE)
-        load_deployment(target.path / DEPLOYMENT_FILE)
+        load_deployment(bundle / BUNDLE_DEPLOYMENT)
+        load_deployment(target.path / BUNDLE_DEPLOYMENT)
         restored = restore_revision(bundle, target.number)
     finally:
         lock.close()
     replaced = restored.saved.path
-    before = load_deployment(replaced / DEPLOYMENT_FILE)  # its copy, beside the cluster file it names
-    after = load_deployment(bundle / DEPLOYMENT_FILE)
+    before = load_deployment(replaced / BUNDLE_DEPLOYMENT)  # its copy, beside the cluster file it names
+    after = load_deployment(bundle / BUNDLE_DEPLOYMENT)
     click.echo(f"{bundle}: back to revision {target.number} ({_kept(target)}); "
                f"the bundle it replaced is revision {restored.saved.number}: `ascend-pd rollback {bundle}` again "
                "undoes this")

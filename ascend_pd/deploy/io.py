@@ -13,6 +13,8 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware import Cluster, load_cluster
 from ascend_pd.yamlfile import Loc, dump_yaml, load_model, parse_yaml, validate_model
 
+BUNDLE_DEPLOYMENT = "deployment.yaml"  # a rendered bundle's deployment file, beside its launchers
+
 
 class LoadedDeployment:
     """A parsed deployment with where it came from: the file, the line of each key, and its cluster."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from ascend_pd.atomic import write_atomic
 from ascend_pd.deploy import (Deployment, Diagnostic, LoadedDeployment, dump_deployment, has_errors, parse_deployment,
                               validate)
+from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT
 from ascend_pd.deploy.file_schemas import schema_file_name, schema_text, with_modeline_beside
 from ascend_pd.deploy.rules.names import INTERFACE, INTERFACE_RULE, unsafe_character
 from ascend_pd.errors import InputError
@@ -122,7 +123,7 @@ def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptio
     deployment_text = _deployment_text(loaded, bundled)
     # the bundle carries the schemas its files' first lines name, so an editor checks them wherever it is copied
     deployment_text = with_modeline_beside("deployment", deployment_text)
-    files = {"deployment.yaml": deployment_text, "README.md": readme(plan, targets),
+    files = {BUNDLE_DEPLOYMENT: deployment_text, "README.md": readme(plan, targets),
              schema_file_name("deployment"): schema_text("deployment")}
     if cluster_text is not None:
         files[BUNDLE_CLUSTER] = with_modeline_beside("cluster", cluster_text)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_pd.atomic import write_atomic
+from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT
 from ascend_pd.errors import InputError
 from ascend_pd.render.bundle_secrets import SECRET_MANIFEST
 from ascend_pd.render.k8s import TABLE_MANIFEST
@@ -20,7 +21,6 @@ from ascend_pd.render.k8s import TABLE_MANIFEST
 REVISIONS_DIR = ".revisions"
 KEPT_REVISIONS = 10  # the oldest goes when an eleventh is kept: a rollout writes one per step
 RECORD = ".revision.json"  # in each revision: when and why it was kept
-DEPLOYMENT_FILE = "deployment.yaml"
 
 # What render writes: the deployment and its cluster's copy with their schemas, the README, the launchers, rank
 # tables and manifests.
@@ -79,7 +79,7 @@ def keep_revision(bundle: Path, reason: str, incoming: dict[str, str] | None = N
     over it; None when there is no bundle yet, or when writing `incoming` would change none of its files. A revision
     appears whole or not at all (it is written aside, then renamed into place); the oldest beyond KEPT_REVISIONS go."""
     current = bundle_files(bundle)
-    if DEPLOYMENT_FILE not in current:
+    if BUNDLE_DEPLOYMENT not in current:
         return None
     if incoming is not None and all(k in current and current[k].data == v.encode()
                                     for k, v in incoming.items() if k not in KEPT_AS_THEY_ARE):
@@ -115,8 +115,8 @@ def check_bundle(bundle: Path) -> None:
     fix = "give the directory `ascend-pd render --out` wrote"
     if not bundle.is_dir():
         raise InputError("no such directory", file=str(bundle), field="DIR", fix=fix)
-    if not (bundle / DEPLOYMENT_FILE).is_file():
-        raise InputError(f"holds no rendered bundle (no {DEPLOYMENT_FILE})", file=str(bundle), field="DIR", fix=fix)
+    if not (bundle / BUNDLE_DEPLOYMENT).is_file():
+        raise InputError(f"holds no rendered bundle (no {BUNDLE_DEPLOYMENT})", file=str(bundle), field="DIR", fix=fix)
 
 
 def chosen_revision(bundle: Path, number: int | None) -> Revision:

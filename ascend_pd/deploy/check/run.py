@@ -12,12 +12,11 @@ from ascend_pd.deploy.check.kv_evidence import await_evidence, read_decodes
 from ascend_pd.deploy.check.pins import pin_for
 from ascend_pd.deploy.check.probes import check_engine, check_proxy
 from ascend_pd.deploy.check.report import CheckReport, Finding, Row
-from ascend_pd.deploy.io import LoadedDeployment, load_deployment
+from ascend_pd.deploy.io import BUNDLE_DEPLOYMENT, LoadedDeployment, load_deployment
 from ascend_pd.deploy.layout import EngineRank, engine_ranks, proxy_urls
 from ascend_pd.errors import InputError
 from ascend_pd.hardware.platform import nodes_platform
 
-BUNDLE_DEPLOYMENT = "deployment.yaml"  # where render writes it in a bundle
 MAX_PROBES_AT_ONCE = 32
 
 
