@@ -13,6 +13,10 @@ PROXY_CPU_PER_REQUEST_S = 0.4e-3  # a streamed request, tokens together, at the 
 PROXY_CPU_PER_EVENT_S = 45e-6  # one SSE event relayed, at 64 streams of one event per read; measured, bench_proxy.py
 PROXY_CORE_UTILISATION = 0.6  # share of a proxy worker's core planned busy, so bursts do not queue; planner choice
 
+# --- engine ----------------------------------------------------------------------------------------------------
+# The vllm-ascend release estimates price and render's image runs: the newest one docs/vllm-ascend.md was read against
+VLLM_ASCEND_RELEASE = "0.25.1rc1"  # vllm-ascend release (v0.25.1rc1 of 2026-08-19), inside pyproject's `ascend` pin
+
 # --- serving nodes ---------------------------------------------------------------------------------------------
 MODEL_ROOT = "/models"  # where a plan says each node holds the weights (<root>/<model id>, or plan --model-path); planner choice
 

@@ -28,9 +28,16 @@ def fuzzed_plan(seed: int) -> dict:
     return copy.deepcopy(_plan(seed))
 
 
+def _must_disaggregate(seed: int) -> bool:
+    """Seeds 0-9, 20-29, ...: a plan with P and D, so every block of ten consecutive seeds (the render checks run in
+    blocks of `seed % 10`) checks connectors, whatever the planner prefers at the drawn rates; the others take what
+    the planner chooses."""
+    return seed % 20 < 10
+
+
 @lru_cache(maxsize=None)
 def _plan(seed: int) -> dict:
-    """Draws again where no deployment meets the rate."""
+    """Draws again where no deployment meets the rate, or where a seed that must disaggregate got a colocated plan."""
     from ascend_pd.deploy import dump_deployment
     from ascend_pd.deploy.schema import SLO, LengthDistribution, Workload
     from ascend_pd.errors import InputError
@@ -51,5 +58,7 @@ def _plan(seed: int) -> dict:
         try:
             outcome = make_plan(cost_model(model, cluster, None, None, kv_dtype, None), inputs)
         except InputError:
+            continue
+        if _must_disaggregate(seed) and not any(i.role == "prefill" for i in outcome.deployment.instances):
             continue
         return yaml.safe_load(dump_deployment(outcome.deployment))

@@ -1,14 +1,14 @@
 """How the vllm-ascend profile's validation depends on how its rows are weighed in the fit.
 
-Prints, for each weighting of ascend_pd/perf/fitting.py (every row the same, every source the same, or a source's
-n rows 1/sqrt(n) each, the shipped choice), the fitted values and the mean absolute error of TPOT and TTFT rows in the
+Prints, for each weighting of ascend_pd/perf/fitting.py (every row the same, the shipped choice; every source the
+same; or a source's n rows 1/sqrt(n) each), the fitted values and the mean absolute error of TPOT and TTFT rows in the
 fit and when each source is left out. Run: `python tools/calibration_weights.py` (about three minutes)."""
 
 from __future__ import annotations
 
-from ascend_pd.perf.refit_shipped import summary
 from ascend_pd.perf.fitting import WEIGHTINGS, fit
 from ascend_pd.perf.published import prior, profile_rows
+from ascend_pd.perf.refit_shipped import METRICS, summary
 
 PROFILE = "vllm-ascend"
 
@@ -19,7 +19,8 @@ def main() -> None:
     print("| weighting | metric | rows | in the fit | leaving its source out |\n|---|---|---|---|---|")
     for weighting in WEIGHTINGS:
         result = fit(base, rows.fit, rows.fit_values, by_source=True, weighting=weighting, by_row=False)
-        for metric, figures in summary(result).items():
+        figures_by_metric = summary(result)
+        for metric, figures in ((m, figures_by_metric[m]) for m in METRICS if m in figures_by_metric):
             print(f"| {weighting} | {metric.upper()} | {figures['rows']} | {figures['fit']:.1%} "
                   f"| {figures['leave_source_out']:.1%} |")
 

@@ -46,7 +46,7 @@ EXAMPLES = (
             "DeepSeek-R1 W8A8 on four stand-alone Atlas 800T A3 nodes, disaggregated with vllm-ascend's own "
             "MooncakeConnectorV1 (pull). MTP is off: with one draft token the planner gives decode a batch that "
             "validate warns its KV cache cannot hold at full length (APD206).",
-            (*DEEPSEEK_WORKLOAD, "--cluster", "atlas-800t-a3-x4", "--rate", "5", "--mtp", "0", "--connector",
+            (*DEEPSEEK_WORKLOAD, "--cluster", "atlas-800t-a3-x4", "--rate", "3", "--mtp", "0", "--connector",
              "vllm-ascend", "--kv-mode", "pull", "--calibration", "vllm-ascend")),
     Example("cloudmatrix384-deepseek-r1",
             "DeepSeek-R1 W8A8 on one CloudMatrix384, disaggregated: ascend-pd's connector pushing KV layer by layer "

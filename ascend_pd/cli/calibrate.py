@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ascend_pd.cli.common import input_errors_exit_2, one_shot
+from ascend_pd.cli.common import input_errors_exit_2, one_shot, version_option
 from ascend_pd.defaults import MTP_ACCEPTANCE
 from ascend_pd.perf.calibration import DEFAULT_PROFILE
 
@@ -23,12 +23,14 @@ from ascend_pd.perf.calibration import DEFAULT_PROFILE
                    "three results or more decode_efficiency, from TPOT)")
 @click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True,
               help="acceptance of each MTP draft token during the measurement (deployments with a draft)")
+@version_option
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="write the calibration file here (for --calibration FILE)")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 @one_shot
-def calibrate_cmd(results, deployment_file, base, fit_names, mtp_acceptance, out_file, fmt) -> None:
+def calibrate_cmd(results, deployment_file, base, fit_names, mtp_acceptance, vllm_ascend_version, out_file,
+                  fmt) -> None:
     """Fit calibration values to RESULTS, the JSON files `vllm bench serve --save-result` wrote.
 
     Prints each fitted value, the residual of every input and its leave-one-out error (the input predicted by a
@@ -38,7 +40,7 @@ def calibrate_cmd(results, deployment_file, base, fit_names, mtp_acceptance, out
     from ascend_pd.planner.fit_to_bench import calibrate, calibration_file
 
     names = [n.strip() for n in fit_names.split(",") if n.strip()] if fit_names else None
-    result = calibrate(deployment_file, results, base, names, mtp_acceptance)
+    result = calibrate(deployment_file, results, base, names, mtp_acceptance, vllm_ascend_version)
     if out_file:
         Path(out_file).write_text(calibration_file(result, base, deployment_file, results), encoding="utf-8")
     rows = [{"input": row.label, "measured_ms": row.measured * 1e3, "predicted_ms": predicted * 1e3,

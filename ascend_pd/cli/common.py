@@ -10,6 +10,7 @@ from typing import Callable, TypeVar
 
 import click
 
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE
 from ascend_pd.errors import InputError
 from ascend_pd.perf.calibration import DEFAULT_PROFILE, PAPER_PROFILE
 
@@ -55,3 +56,7 @@ calibration_option = click.option(
     help=f"cost-model calibration: a shipped profile ({DEFAULT_PROFILE}, the default: vllm-ascend as users run it, "
          f"the engine every rendered deployment runs; {PAPER_PROFILE}: Huawei's optimized stack of the CloudMatrix "
          "paper) or a file `ascend-pd calibrate` wrote")
+version_option = click.option(
+    "--vllm-ascend-version", "vllm_ascend_version", default=None, metavar="RELEASE",
+    help=f"the vllm-ascend release the engines run (default: {VLLM_ASCEND_RELEASE}, the image render ships): its "
+         "host costs and what its unflagged graph mode and scheduling resolve to")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ascend_pd.cli.common import calibration_option, input_errors_exit_2
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2, version_option
 from ascend_pd.defaults import MTP_ACCEPTANCE
 
 GIB = 1024**3
@@ -36,6 +36,9 @@ GIB = 1024**3
 @click.option("--prompt-len", type=click.IntRange(min=1), default=None, help="prefill: tokens per prompt")
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=None,
               help="prefill: tokens batched per device in one step (default: one prompt per DP rank)")
+@click.option("--burst", type=click.IntRange(min=1), default=None,
+              help="prefill: also the mean TTFT of this many prompts arriving together at each DP rank, prefilled "
+                   "--batch-tokens per device a step (default: the max_num_batched_tokens a plan renders)")
 @click.option("--mtp", type=click.IntRange(min=0), default=0, show_default=True, help="draft tokens per step")
 @click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True,
               help="probability each draft token is accepted")
@@ -46,10 +49,12 @@ GIB = 1024**3
               help="the host schedules a step while the device runs the one before (default: as the rendered "
                    "engine runs, on unless the platform or the draft turns it off)")
 @calibration_option
+@version_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 def estimate_cmd(model, chip, cluster, quant, kv_dtype, role, tp, dp, ep, pp, batch_per_device, context, prompt_len,
-                 batch_tokens, mtp, mtp_acceptance, graph, async_scheduling, calibration, fmt) -> None:
+                 batch_tokens, burst, mtp, mtp_acceptance, graph, async_scheduling, calibration, vllm_ascend_version,
+                 fmt) -> None:
     """Estimate one instance shape with the cost model and a calibration profile (--calibration), in the execution
     mode the engine ascend-pd renders for the role would run (--graph and --[no-]async-scheduling change it)."""
     from dataclasses import replace
@@ -61,13 +66,15 @@ def estimate_cmd(model, chip, cluster, quant, kv_dtype, role, tp, dp, ep, pp, ba
     from ascend_pd.perf.shape import Shape
     from ascend_pd.planner.modes import planned_modes
 
-    cost = cost_model(model, cluster, chip, quant, kv_dtype, calibration)
-    rendered = planned_modes(platform_of(cost.cluster), mtp, cost.model.mla is not None)[role]
+    cost = cost_model(model, cluster, chip, quant, kv_dtype, calibration, vllm_ascend_version)
+    modes = planned_modes(platform_of(cost.cluster), mtp, cost.model.mla is not None, cost.cal.engine_version)
+    rendered = modes[role]
     cost = replace(cost, mode=ExecMode(graph or rendered.decode_graph,
                                        rendered.async_scheduling if async_scheduling is None else async_scheduling))
     result = estimate(cost, EstimateRequest(role=role, shape=Shape(tp, dp, ep, pp), context=context,
                                             batch_per_device=batch_per_device, prompt_len=prompt_len,
-                                            batch_tokens=batch_tokens, mtp=mtp, mtp_acceptance=mtp_acceptance))
+                                            batch_tokens=batch_tokens, mtp=mtp, mtp_acceptance=mtp_acceptance,
+                                            burst=burst or 0))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
         return
@@ -85,7 +92,11 @@ def _print_text(result: dict) -> None:
     table.add_column("value", justify="right")
     rows = [("execution mode", result["execution_mode"]), ("step", f"{result['step_ms']:.2f} ms")]
     if "ttft_ms" in result:
-        rows.append(("TTFT (one batch, no queueing)", f"{result['ttft_ms']:.1f} ms"))
+        rows += [("TTFT at the client (one batch, no queueing)", f"{result['ttft_ms']:.1f} ms"),
+                 ("  of it the server's request path", f"{result['request_overhead_ms']:.1f} ms")]
+    if "burst_ttft_ms" in result:
+        rows.append((f"mean TTFT of {result['burst_prompts_per_rank']} prompts at once per DP rank, "
+                     f"{result['burst_step_tokens']} tokens a step", f"{result['burst_ttft_ms']:.1f} ms"))
     if "tpot_ms" in result:
         rows += [("TPOT", f"{result['tpot_ms']:.2f} ms"), ("batch per DP rank", f"{result['batch_per_rank']:g}"),
                  ("largest batch per DP rank that fits", str(result["max_batch_per_rank"]))]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot, version_option
 from ascend_pd.defaults import MODEL_ROOT, MTP_ACCEPTANCE
 from ascend_pd.deploy.connector_needs import PUSH_MIN_CANN
 
@@ -87,13 +87,14 @@ class _LazyProgress:
               help=f"where the weights are on every serving node, written as the deployment's model.path "
                    f"(default: {MODEL_ROOT}/<model id>)")
 @calibration_option
+@version_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write deployment.yaml, plan.json, report.md, pareto.csv, pareto.png and placement.png here")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 @one_shot
 def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_acceptance, connector, kv_mode,
-             model_path, calibration, out_dir, fmt, **workload_values) -> None:
+             model_path, calibration, vllm_ascend_version, out_dir, fmt, **workload_values) -> None:
     """Plan a deployment of MODEL on a cluster for a workload and SLO.
 
     Without workload flags the default workload is prompts lognormal (mean 4000, p99 16000 tokens), outputs
@@ -109,7 +110,8 @@ def plan_cmd(model, cluster, quant, kv_dtype, workload_file, devices, mtp, mtp_a
     from ascend_pd.planner.workload_file import build_workload
 
     workload, slo = build_workload(DEFAULT_WORKLOAD, DEFAULT_SLO, workload_file, **workload_values)
-    costs = chip_group_costs(model, cluster, quant, kv_dtype, calibration)  # one per chip the cluster's nodes carry
+    # one per chip the cluster's nodes carry
+    costs = chip_group_costs(model, cluster, quant, kv_dtype, calibration, vllm_ascend_version)
     rate = workload_values["rate"]
     target = rate if rate and not devices else None
     progress = _LazyProgress(fmt == "text")

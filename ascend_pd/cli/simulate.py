@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot
+from ascend_pd.cli.common import calibration_option, input_errors_exit_2, one_shot, version_option
 from ascend_pd.cli.plan import workload_options
 from ascend_pd.defaults import MTP_ACCEPTANCE
 
@@ -21,12 +21,13 @@ from ascend_pd.defaults import MTP_ACCEPTANCE
 @click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=MTP_ACCEPTANCE, show_default=True,
               help="probability each MTP draft token is accepted (instances with --speculative-config)")
 @calibration_option
+@version_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @input_errors_exit_2
 @one_shot
-def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptance, calibration, seed, fmt,
-                 **workload_values) -> None:
+def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptance, calibration, vllm_ascend_version,
+                 seed, fmt, **workload_values) -> None:
     """Simulate DEPLOYMENT_FILE with Poisson arrivals.
 
     Without workload flags it uses the workload and SLO stored in the deployment.
@@ -35,6 +36,7 @@ def simulate_cmd(deployment_file, workload_file, duration, warmup, mtp_acceptanc
 
     run = simulate_deployment_file(deployment_file, workload_file, duration=duration, warmup=warmup,
                                    mtp_acceptance=mtp_acceptance, seed=seed, calibration=calibration,
+                                   vllm_ascend_version=vllm_ascend_version,
                                    **workload_values)
     result, slo = run.result, run.slo
     if fmt == "json":

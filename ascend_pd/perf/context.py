@@ -42,21 +42,24 @@ def default_quantization(model: ModelSpec, cluster: Cluster) -> str:
 
 
 def _priced(spec: ModelSpec, cluster: Cluster, quantization: str | None, kv_dtype: str,
-            calibration: str | None) -> CostModel:
+            calibration: str | None, version: str | None) -> CostModel:
     quant = quantization or default_quantization(spec, cluster)
-    return CostModel(spec, cluster.chip, cluster, quant, kv_dtype, load_calibration(calibration, cluster.chip.id))
+    return CostModel(spec, cluster.chip, cluster, quant, kv_dtype,
+                     load_calibration(calibration, cluster.chip.id, version))
 
 
 def cost_model(model: str, cluster: str | None = None, chip: str | None = None, quantization: str | None = None,
-               kv_dtype: str = "bf16", calibration: str | None = None) -> CostModel:
-    """`calibration`: a shipped profile name or a calibration file (default: the default profile)."""
-    return _priced(get_model(model), resolve_cluster(cluster, chip), quantization, kv_dtype, calibration)
+               kv_dtype: str = "bf16", calibration: str | None = None, version: str | None = None) -> CostModel:
+    """`calibration`: a shipped profile name or a calibration file (default: the default profile); `version`: the
+    vllm-ascend release priced (default: the one ascend-pd pins)."""
+    return _priced(get_model(model), resolve_cluster(cluster, chip), quantization, kv_dtype, calibration, version)
 
 
 def chip_group_costs(model: str, cluster: str | None = None, quantization: str | None = None,
-                     kv_dtype: str = "bf16", calibration: str | None = None) -> list[CostModel]:
+                     kv_dtype: str = "bf16", calibration: str | None = None,
+                     version: str | None = None) -> list[CostModel]:
     """A cost model on each chip group of `cluster` (one for a cluster of one chip), for a planner that plans each
     group on its own; without --quant each group gets the quantization its own chip's memory calls for."""
     spec = get_model(model)
     groups = load_cluster(cluster).chip_groups.values()
-    return [_priced(spec, group, quantization, kv_dtype, calibration) for group in groups]
+    return [_priced(spec, group, quantization, kv_dtype, calibration, version) for group in groups]

@@ -148,10 +148,14 @@ class CostModel:
 
     def _framework(self, layers: float, graph: GraphMode) -> float:
         """The host's work to run `layers` layers: large op by op, less when graph pieces replay with attention
-        between them, least when one captured graph replays."""
-        cal = self.cal
-        return layers * {"eager": cal.layer_overhead_eager_s, "piecewise": cal.layer_overhead_piecewise_s,
-                         "full": cal.layer_overhead_graph_s}[graph]
+        between them, least when one captured graph replays. Run op by op, a MoE layer adds its routing, token
+        permutation and expert dispatch, each a handful of small ops."""
+        cal, m = self.cal, self.model
+        per_layer = {"eager": cal.layer_overhead_eager_s, "piecewise": cal.layer_overhead_piecewise_s,
+                     "full": cal.layer_overhead_graph_s}[graph]
+        if graph == "eager" and m.moe:
+            per_layer += cal.layer_overhead_moe_eager_s * m.moe_layers / m.num_layers
+        return layers * per_layer
 
     def _step(self, device: float, framework: float, tokens: float) -> tuple[float, float]:
         """(step time, its host part that shows) for a step whose kernels take the device `device` seconds, whose
@@ -215,6 +219,26 @@ class CostModel:
             return run(busy + exposed + launches, framework, count)[0] * scale
 
         return step
+
+    def burst_ttft(self, shape: Shape, prompt: float, count: int, step_tokens: float) -> float:
+        """Mean TTFT, as clients see it, of `count` prompts of `prompt` tokens arriving together at one DP rank and
+        prefilled in order `step_tokens` at a time: each prompt's first token comes with the step that holds its
+        last token."""
+        left = [prompt] * count
+        now, done = 0.0, []
+        while left:
+            budget, chunks = step_tokens, []
+            for i, tokens in enumerate(left):
+                take = min(tokens, budget)
+                chunks.append(take)
+                left[i] -= take
+                budget -= take
+                if budget <= 0:
+                    break
+            now += self.prefill_time(shape, chunks).total
+            done += [now] * sum(1 for tokens in left if tokens <= 0)
+            left = [tokens for tokens in left if tokens > 0]
+        return sum(done) / count + self.request_overhead()
 
     def chunk_time(self, shape: Shape, chunk_tokens: float, prompt_len: float) -> float:
         """What a chunk of `chunk_tokens` prompt tokens adds to a decode step that already reads the weights: its

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ascend_pd.defaults import PREFILL_BATCH_TOKENS
 from ascend_pd.perf.cost import CostModel, accepted_tokens_per_step
 from ascend_pd.perf.shape import Shape
 
@@ -21,6 +22,8 @@ class EstimateRequest:
     batch_tokens: int | None = None  # prefill: tokens batched per device (default: one prompt per DP rank)
     mtp: int = 0
     mtp_acceptance: float = 0.0
+    burst: int = 0  # prefill: this many prompts arriving together per DP rank (0: none), prefilled batch_tokens
+    # per device a step (default: the max_num_batched_tokens a plan renders)
 
 
 def _prefill_batch(req: EstimateRequest) -> list[float]:
@@ -45,8 +48,14 @@ def estimate(cost: CostModel, req: EstimateRequest) -> dict[str, Any]:
         step = cost.prefill_time(shape, batch)
         kv_tokens = sum(batch)
         per_device = sum(batch) / step.total / shape.rank_devices
-        out.update(step_ms=step.total * 1e3, ttft_ms=step.total * 1e3, prompts_per_rank=len(batch),
-                   tokens_per_rank=sum(batch))
+        # a client's TTFT holds the server's request path too (tokenizing, scheduling, the first token's way out)
+        overhead = cost.request_overhead()
+        out.update(step_ms=step.total * 1e3, ttft_ms=(step.total + overhead) * 1e3,
+                   request_overhead_ms=overhead * 1e3, prompts_per_rank=len(batch), tokens_per_rank=sum(batch))
+        if req.burst:
+            step_tokens = req.batch_tokens * shape.tp if req.batch_tokens else PREFILL_BATCH_TOKENS
+            out.update(burst_ttft_ms=cost.burst_ttft(shape, batch[0], req.burst, step_tokens) * 1e3,
+                       burst_prompts_per_rank=req.burst, burst_step_tokens=step_tokens)
     else:
         rank_batch = req.batch_per_device * shape.tp
         step = cost.decode_step(shape, rank_batch, req.context, req.mtp)

@@ -1,7 +1,7 @@
 """How an engine runs its steps: the graph mode of its decode steps and whether it schedules ahead of the device.
 
-The mode is read from the engine's launch flags (ascend_pd.deploy.engine_flags.execution_mode), so an estimate is of
-the engine ascend-pd renders. Prefill steps always run op by op: no graph mode captures a prompt-sized batch.
+The mode is read from the engine's launch flags and release (ascend_pd.deploy.engine_flags.execution_mode), so an
+estimate is of the engine ascend-pd renders. Prefill steps always run op by op: no graph mode captures a prompt-sized batch.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ GRAPH_MODES: tuple[GraphMode, ...] = ("eager", "piecewise", "full")
 
 @dataclass(frozen=True)
 class ExecMode:
-    # eager: --enforce-eager; piecewise: graphs between attention ops (vllm-ascend's default); full: a whole decode
-    # step replays one captured graph (cudagraph_mode FULL_DECODE_ONLY)
+    # eager: --enforce-eager; piecewise: graphs between attention ops (an unflagged engine before vllm-ascend
+    # v0.21.0rc1); full: a whole decode step replays one captured graph (FULL_DECODE_ONLY, or unflagged from v0.21.0rc1)
     decode_graph: GraphMode = "full"
     # the scheduler prepares step i+1 while the device runs step i (--async-scheduling)
     async_scheduling: bool = False

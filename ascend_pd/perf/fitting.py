@@ -3,7 +3,11 @@ without it (leave-one-row-out) or without its whole source (leave-one-source-out
 
 A row is one measured operating point: decode TPOT at a known batch per DP rank and context, or prefill TTFT of a
 known prompt at low load or of a burst of prompts. The fit minimises the squared log-ratio of predicted to measured
-over the rows, a source's rows weighing 1 / sqrt(their number) each, inside each value's bounds.
+over the rows, each row weighing the same (WEIGHTING), inside each value's bounds.
+
+Rows may carry the era of the engine release they ran (calibration.py): a value named `name@era` is fitted to the
+rows of that era and later, the plain `name` to the older ones. A fit leaves out the values its rows do not read (an
+era without eager rows keeps the earlier era's eager cost).
 """
 
 from __future__ import annotations
@@ -11,13 +15,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from ascend_pd.hardware import Cluster, LinkTier
 from ascend_pd.models import ModelSpec
-from ascend_pd.perf.calibration import Calibration
+from ascend_pd.perf.calibration import ERA_MARK, VALUE_FIELDS, Calibration, era_values
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.perf.exec_mode import ExecMode
 from ascend_pd.perf.shape import Shape
@@ -31,6 +35,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "kernel_launch_s": (0.0, 1e-3),
     # the host's work per layer: a layer launches 10 to 40 ops, each at most tens of microseconds
     "layer_overhead_eager_s": (0.0, 0.002),
+    "layer_overhead_moe_eager_s": (0.0, 0.02),  # routing and dispatch ops of a MoE layer, op by op
     "layer_overhead_graph_s": (0.0, 0.001),
     "collective_launch_s": (0.0, 0.01),
     "step_overhead_s": (0.0, 1.0),
@@ -74,6 +79,8 @@ class Row:
     source: str = ""  # the document the row comes from: rows of one source are left out together
     mode: ExecMode = ExecMode()  # how the measured engine ran its steps
     step_tokens: float = 0.0  # ttft of a burst: prompts prefilled this many tokens per step (0: all in one step)
+    version: str = ""  # the vllm-ascend release measured, as the source states it
+    era: str = ""  # the profile's era of host costs that release falls in ("" without eras)
 
     def predict(self, calibration: Calibration) -> float:
         cost = CostModel(self.model, self.cluster.chip, self.cluster, self.quantization, self.kv_dtype, calibration,
@@ -81,7 +88,7 @@ class Row:
         if self.metric == "tpot":
             return cost.tpot(self.shape, self.batch_per_rank, self.context, self.mtp, self.mtp_acceptance)
         if self.step_tokens:
-            return _burst_ttft(cost, self.shape, self.prompt, round(self.prompts_in_flight), self.step_tokens)
+            return cost.burst_ttft(self.shape, self.prompt, round(self.prompts_in_flight), self.step_tokens)
         batch = [self.prompt] * max(1, round(self.prompts_in_flight))
         prefill = cost.prefill_time(self.shape, batch).total + cost.request_overhead()
         if self.decode_shape is None:
@@ -91,30 +98,10 @@ class Row:
         return prefill + cost.kv_exposed_time(transfer, prefill, self.kv_mode) + first_step
 
 
-def _burst_ttft(cost: CostModel, shape: Shape, prompt: float, count: int, step_tokens: float) -> float:
-    """Mean TTFT of `count` prompts arriving together, prefilled in order `step_tokens` at a time: each prompt's
-    first token comes with the step that holds its last token."""
-    left = [prompt] * count
-    now, done = 0.0, []
-    while left:
-        budget, chunks = step_tokens, []
-        for i, tokens in enumerate(left):
-            take = min(tokens, budget)
-            chunks.append(take)
-            left[i] -= take
-            budget -= take
-            if budget <= 0:
-                break
-        now += cost.prefill_time(shape, chunks).total
-        done += [now] * sum(1 for tokens in left if tokens <= 0)
-        left = [tokens for tokens in left if tokens > 0]
-    return sum(done) / count + cost.request_overhead()
-
-
 @dataclass(frozen=True)
 class FitResult:
-    values: dict[str, float]
-    calibration: Calibration
+    values: dict[str, float]  # each fitted value (a `name@era` one from its era on)
+    calibration: Calibration  # the fit, in the latest era of its rows
     residuals: list[tuple[Row, float, float]]  # (row, predicted seconds, predicted / measured - 1)
     leave_one_out: list[float | None]  # per row of residuals: predicted / measured - 1 when fitted without it
     at_bounds: list[str]  # fitted values that ended on an end of their range: the rows ask for more
@@ -124,14 +111,45 @@ class FitResult:
 
 
 WEIGHTINGS = {"sqrt": 0.5, "rows": 0.0, "sources": 1.0}  # name -> power of a source's row count each row divides by
+# Every row the same: of the three, what predicts the sources left out best (tools/calibration_weights.py).
+WEIGHTING = "rows"
 
 
-def _weights(rows: Sequence[Row], weighting: str = "sqrt") -> np.ndarray:
-    """Each row weighs 1 / sqrt(rows of its source): one source's rows share its hardware, version and habits, so
-    its n rows tell more than one row and less than n independent ones. `rows` weighs every row the same,
-    `sources` every source (tools/calibration_weights.py compares the three)."""
+def _weights(rows: Sequence[Row], weighting: str = WEIGHTING) -> np.ndarray:
+    """`rows` weighs every row the same; `sqrt` each of a source's n rows 1 / sqrt(n), since one source's rows share
+    its hardware, version and habits; `sources` every source the same."""
     per_source = Counter(row.source for row in rows)
     return np.array([per_source[row.source] ** -WEIGHTINGS[weighting] for row in rows])
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    return BOUNDS[name.split(ERA_MARK)[0]]
+
+
+def era_calibrations(base: Calibration, values: Mapping[str, float], eras: Sequence[str]) -> dict[str, Calibration]:
+    """`base` with `values` (plain names and `name@era`) for each of `eras` (oldest first)."""
+    merged = {name: getattr(base, name) for name in VALUE_FIELDS} | dict(values)
+    return {era: base.with_values(**era_values(merged, era, list(eras)), era=era) for era in eras}
+
+
+def _eras(rows: Sequence[Row], names: Sequence[str]) -> list[str]:
+    """The eras of `rows` and `names`, oldest first: era names are years, so they sort in time order."""
+    return sorted({row.era for row in rows} | {name.split(ERA_MARK)[1] for name in names if ERA_MARK in name})
+
+
+def _read(base: Calibration, rows: Sequence[Row], names: Sequence[str]) -> list[str]:
+    """Those of `names` some row's prediction reads: from all of them at the upper end of their range (host costs
+    large enough to show), each is moved alone to its lower end and kept if a prediction changes."""
+    eras = _eras(rows, names)
+    high = {name: _bounds(name)[1] for name in names}
+    stressed = era_calibrations(base, high, eras)
+    before = [row.predict(stressed[row.era]) for row in rows]
+    kept = []
+    for name in names:
+        moved = era_calibrations(base, high | {name: _bounds(name)[0]}, eras)
+        if any(row.predict(moved[row.era]) != was for row, was in zip(rows, before)):
+            kept.append(name)
+    return kept
 
 
 def _scales(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,7 +157,7 @@ def _scales(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     on the log of it, where a time it divides is near linear; the others, costs that may be 0, on the value."""
     ends = []
     for name in names:
-        low, high = BOUNDS[name]
+        low, high = _bounds(name)
         ends.append((math.log(low), math.log(high), True) if low > 0 else (low, high, False))
     lows, highs, logarithmic = (np.array(column) for column in zip(*ends))
     return lows, highs - lows, logarithmic
@@ -174,12 +192,14 @@ def _descend(residuals: Callable[[np.ndarray], np.ndarray], u: np.ndarray,
 
 
 def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str],
-               near: dict[str, float] | None = None, weighting: str = "sqrt") -> dict[str, float]:
+               near: dict[str, float] | None = None, weighting: str = WEIGHTING) -> dict[str, float]:
     """The values of `names` that make `rows` fit best, starting from `base`: the least squares of the log-ratios
     of predicted to measured, each value inside its bounds. Rounds of a coarse scan of each value in turn, then
     descent from the best point: a step takes the longer of host and device, so a value can sit where it changes
     nothing, and no derivative there says which way to go. With `near` (a fit to rows much like these), only the
     descent from there."""
+    names = _read(base, rows, names)
+    eras = _eras(rows, names)
     low, span, logarithmic = _scales(names)
     root_weights = np.sqrt(_weights(rows, weighting))
 
@@ -188,10 +208,12 @@ def fit_values(base: Calibration, rows: Sequence[Row], names: Sequence[str],
         return np.where(logarithmic, np.exp(t), t)
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        calibration = base.with_values(**dict(zip(names, values_of(u).tolist())))
-        return root_weights * np.array([math.log(row.predict(calibration) / row.measured) for row in rows])
+        by_era = era_calibrations(base, dict(zip(names, values_of(u).tolist())), eras)
+        return root_weights * np.array([math.log(row.predict(by_era[row.era]) / row.measured) for row in rows])
 
-    start = np.array([float(near[name] if near else getattr(base, name)) for name in names])
+    # every era starts from `base`'s own value
+    start = np.array([float(near[name] if near and name in near else getattr(base, name.split(ERA_MARK)[0]))
+                      for name in names])
     t = np.where(logarithmic, np.log(np.maximum(start, 1e-300)), start)
     u = np.clip((t - low) / span, 0.0, 1.0)
     r = residuals(u)
@@ -213,19 +235,20 @@ def _held_out(base: Calibration, rows: Sequence[Row], names: Sequence[str], out:
               near: dict[str, float] | None, weighting: str) -> list[float]:
     """Errors of the rows marked `out` under a fit to the others (from `base`, or descending from `near`)."""
     kept = [row for row, left in zip(rows, out) if not left]
-    fitted = base.with_values(**fit_values(base, kept, names, near, weighting))
-    return [err for _, _, err in errors(fitted, [row for row, left in zip(rows, out) if left])]
+    held = [row for row, left in zip(rows, out) if left]
+    fitted = era_calibrations(base, fit_values(base, kept, names, near, weighting), _eras(rows, names))
+    return [err for _, _, err in errors(fitted, held)]
 
 
 def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str], by_source: bool = False,
-        weighting: str = "sqrt", by_row: bool = True) -> FitResult:
+        weighting: str = WEIGHTING, by_row: bool = True) -> FitResult:
     """Fit `names` to `rows`; report each row's residual and, with `by_row` and more rows than values, its
     leave-one-out error (the row predicted by a fit to the others, descending from the whole fit: one row moves
     the optimum a little).
     With `by_source`, also each row's error under a fit to the other sources' rows only, from `base` as the whole
     fit: a source's rows share its hardware, version and habits, so leaving one row out flatters."""
     values = fit_values(base, rows, names, weighting=weighting)
-    fitted = base.with_values(**values)
+    by_era = era_calibrations(base, values, _eras(rows, names))
     loo: list[float | None] = [None] * len(rows)
     if by_row and len(rows) > len(names):
         for i in range(len(rows)):
@@ -239,11 +262,15 @@ def fit(base: Calibration, rows: Sequence[Row], names: Sequence[str], by_source:
             for i, err in zip([i for i, left in enumerate(out) if left], held):
                 loso[i] = err
     at_bounds = [name for name, value in values.items()
-                 if min(abs(value - end) for end in BOUNDS[name]) <= AT_BOUND * (BOUNDS[name][1] - BOUNDS[name][0])]
-    return FitResult(values, fitted, errors(fitted, rows), loo, at_bounds, loso)
+                 if min(abs(value - end) for end in _bounds(name)) <= AT_BOUND * (_bounds(name)[1] - _bounds(name)[0])]
+    latest = by_era[max(by_era)]
+    return FitResult(values, latest, errors(by_era, rows), loo, at_bounds, loso)
 
 
-def errors(calibration: Calibration, rows: Sequence[Row]) -> list[tuple[Row, float, float]]:
-    """(row, predicted seconds, predicted / measured - 1) for each row under `calibration`."""
-    predicted = [row.predict(calibration) for row in rows]
+def errors(calibration: Calibration | Mapping[str, Calibration],
+           rows: Sequence[Row]) -> list[tuple[Row, float, float]]:
+    """(row, predicted seconds, predicted / measured - 1) for each row under `calibration` (or, by era, under its
+    era's)."""
+    predicted = [row.predict(calibration if isinstance(calibration, Calibration) else calibration[row.era])
+                 for row in rows]
     return [(row, p, p / row.measured - 1) for row, p in zip(rows, predicted)]

@@ -14,12 +14,12 @@ from ascend_pd.perf.cost import CostModel
 
 
 def whole_cluster(model: ModelSpec, cluster: Cluster, quantization: str, kv_dtype: str,
-                  calibration: str | None) -> CostModel:
+                  calibration: str | None, version: str | None = None) -> CostModel:
     """A cost model over all of `cluster`, for a caller that prices each instance on its own nodes (`on_nodes`) and
     reads the whole cluster only for the links between instances. Its own chip is the first node's, so on a
     cluster that mixes chips only what is the same for every chip may be read from it directly."""
     chip = cluster.chips[0]
-    return CostModel(model, chip, cluster, quantization, kv_dtype, load_calibration(calibration, chip.id))
+    return CostModel(model, chip, cluster, quantization, kv_dtype, load_calibration(calibration, chip.id, version))
 
 
 def on_chip(cost: CostModel, chip_id: str) -> CostModel:
@@ -29,7 +29,8 @@ def on_chip(cost: CostModel, chip_id: str) -> CostModel:
     group = cost.cluster.chip_groups[chip_id]
     if group is cost.cluster:
         return cost
-    return replace(cost, chip=group.chip, cluster=group, calibration=load_calibration(cost.cal.name, chip_id))
+    calibration = load_calibration(cost.cal.name, chip_id, cost.cal.engine_version)
+    return replace(cost, chip=group.chip, cluster=group, calibration=calibration)
 
 
 def on_nodes(cost: CostModel, nodes: Iterable[str], who: str) -> CostModel:

@@ -13,7 +13,8 @@ import yaml
 
 from ascend_pd.hardware import load_cluster
 from ascend_pd.models import ModelSpec, get_model
-from ascend_pd.perf.calibration import PAPER_PROFILE, Calibration, load_calibration
+from ascend_pd.perf.calibration import ERA_MARK, PAPER_PROFILE, Calibration, era_of, load_calibration, profile_eras
+from ascend_pd.perf.engine_version import engine_version
 from ascend_pd.perf.exec_mode import ExecMode
 from ascend_pd.perf.fitting import FitResult, Row, errors, fit
 from ascend_pd.perf.shape import Shape
@@ -25,15 +26,16 @@ USES = ("fit", "holdout", "recorded")
 
 @dataclass(frozen=True)
 class ProfileRows:
-    fit_values: tuple[str, ...]
+    fit_values: tuple[str, ...]  # plain names, and `name@era` for each later era of the values fitted per era
     fit: tuple[Row, ...]
     holdout: tuple[Row, ...]  # judged under the stored profile, never fitted
     recorded: tuple[Row, ...]  # gathered but neither fitted nor judged; measurements.yaml says why
     sources: dict[str, str]  # id -> the document, its commit and the versions it states
 
 
-def _row(raw: dict) -> Row:
+def _row(raw: dict, profile: str) -> Row:
     parallel = raw.get("parallel", {})
+    version = str(raw.get("version", ""))
     cluster = load_cluster(raw["cluster"])
     mode = raw.get("mode", {})
     return Row(label=raw["label"], model=get_model(raw["model"]), cluster=cluster,
@@ -44,24 +46,27 @@ def _row(raw: dict) -> Row:
                prompts_in_flight=raw.get("prompts_in_flight", 1.0), mtp=raw.get("mtp", 0),
                mtp_acceptance=raw.get("mtp_acceptance", 0.0), source=raw.get("source", ""),
                mode=ExecMode(mode.get("graph", "full"), mode.get("async", False)),
-               step_tokens=raw.get("step_tokens", 0.0))
+               step_tokens=raw.get("step_tokens", 0.0), version=version,
+               era=era_of(profile, engine_version(version, f"measurements.yaml: {raw['label']}")) if version else "")
 
 
 @cache
 def profile_rows(profile: str) -> ProfileRows:
     raw = yaml.safe_load(MEASUREMENTS_FILE.read_text(encoding="utf-8"))[profile]
-    rows = [(entry["use"], _row({**raw.get("common", {}), **entry})) for entry in raw["rows"]]
+    rows = [(entry["use"], _row({**raw.get("common", {}), **entry}, profile)) for entry in raw["rows"]]
     unknown = {use for use, _ in rows} - set(USES)
     assert not unknown, f"measurements.yaml {profile}: unknown use {unknown}"
     by_use = {use: tuple(row for u, row in rows if u == use) for use in USES}
-    return ProfileRows(tuple(raw["fit_values"]), by_use["fit"], by_use["holdout"], by_use["recorded"],
-                       dict(raw.get("sources", {})))
+    per_era = raw.get("era_values", [])
+    later_eras = list(profile_eras(profile))[1:]
+    names = (*raw["fit_values"], *(f"{name}{ERA_MARK}{era}" for era in later_eras for name in per_era))
+    return ProfileRows(names, by_use["fit"], by_use["holdout"], by_use["recorded"], dict(raw.get("sources", {})))
 
 
 def prior(profile: str, chip_id: str) -> Calibration:
     """Where every fit of `profile` starts, whole or with rows left out: its stored calibration with the values it
     fits set back to the paper's profile's, so no rows it is judged on chose the start."""
-    names = profile_rows(profile).fit_values
+    names = {name.split(ERA_MARK)[0] for name in profile_rows(profile).fit_values}
     paper = load_calibration(PAPER_PROFILE, chip_id)
     return load_calibration(profile, chip_id).with_values(**{name: getattr(paper, name) for name in names})
 
@@ -75,8 +80,10 @@ def refit(profile: str, by_source: bool = False) -> FitResult:
 
 
 def stored_errors(profile: str, rows: tuple[Row, ...]) -> list[tuple[Row, float, float]]:
-    """(row, predicted seconds, relative error) of each of `rows` under the stored profile."""
-    return [entry for row in rows for entry in errors(load_calibration(profile, row.cluster.chip.id), [row])]
+    """(row, predicted seconds, relative error) of each of `rows` under the stored profile, at the release each ran
+    (or the pinned one, for a row that states none)."""
+    return [entry for row in rows
+            for entry in errors(load_calibration(profile, row.cluster.chip.id, row.version or None), [row])]
 
 
 def holdout_errors(profile: str) -> list[tuple[Row, float, float]]:

@@ -26,7 +26,8 @@ class DeploymentSimulation:
 
 def simulate_deployment_file(path: str | Path, workload_file: str | Path | None = None, *, duration: float = 120.0,
                              warmup: float | None = None, mtp_acceptance: float = MTP_ACCEPTANCE, seed: int = 0,
-                             calibration: str | None = None, **workload_values) -> DeploymentSimulation:
+                             calibration: str | None = None, vllm_ascend_version: str | None = None,
+                             **workload_values) -> DeploymentSimulation:
     """Simulate the deployment in `path` for `duration` seconds of arrivals, leaving out the first `warmup`
     seconds (a quarter of `duration` when None). `workload_values` are build_workload's keyword arguments."""
     from ascend_pd.planner.simulator import simulate
@@ -50,7 +51,8 @@ def simulate_deployment_file(path: str | Path, workload_file: str | Path | None 
         raise InputError(exc.message, file=str(path), field="model.name", fix=exc.fix) from None
     # Each instance is priced on its own nodes' chip (modes.instance_cost); outside them the simulator reads only
     # the links and the profile's request overhead, the same for every chip in the shipped profiles.
-    cost = whole_cluster(model, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype, calibration)
+    cost = whole_cluster(model, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype, calibration,
+                         vllm_ascend_version)
     result = simulate(deployment, cost, workload, slo, duration, duration / 4 if warmup is None else warmup, seed,
                       mtp_acceptance, base_dir=Path(path).parent)
     result["devices"] = sum(inst.device_count for inst in deployment.instances)

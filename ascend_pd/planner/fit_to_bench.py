@@ -97,9 +97,10 @@ def _one_shape(instances: list[Instance], role: str, source: str) -> Shape:
     return shapes.pop()
 
 
-def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult],
-               mtp_acceptance: float = MTP_ACCEPTANCE) -> list[Row]:
-    """The TPOT and TTFT rows of `results`, measured on the deployment in `deployment_path`."""
+def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult], mtp_acceptance: float = MTP_ACCEPTANCE,
+               version: str | None = None) -> list[Row]:
+    """The TPOT and TTFT rows of `results`, measured on the deployment in `deployment_path` running vllm-ascend
+    `version` (default: the release ascend-pd pins)."""
     loaded = load_deployment(deployment_path)
     deployment, source = loaded.deployment, str(deployment_path)
     # One fit holds one chip's values: on a cluster that mixes chips, the group the deployment runs on.
@@ -129,8 +130,8 @@ def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult],
                   kv_dtype=deployment.model.kv_cache_dtype)
     platform, mla = platform_of(cluster), model.mla is not None
     implementation = deployment.connector.implementation
-    decode_mode = execution_mode(platform, implementation, decoders[0], mla)
-    prefill_mode = execution_mode(platform, implementation, first[0], mla)
+    decode_mode = execution_mode(platform, implementation, decoders[0], mla, version)
+    prefill_mode = execution_mode(platform, implementation, first[0], mla, version)
     rows = []
     for r in results:
         name = Path(r.path).name
@@ -160,15 +161,16 @@ def values_to_fit(rows: Sequence[Row], names: Sequence[str] | None, source: str 
 
 
 def calibrate(deployment_path: str | Path, result_paths: Sequence[str | Path], base: str = DEFAULT_PROFILE,
-              names: Sequence[str] | None = None, mtp_acceptance: float = MTP_ACCEPTANCE) -> FitResult:
+              names: Sequence[str] | None = None, mtp_acceptance: float = MTP_ACCEPTANCE,
+              version: str | None = None) -> FitResult:
     if base not in shipped_profiles():
         raise InputError(f"unknown profile '{base}'", field="--base", fix=f"use one of {', '.join(shipped_profiles())}")
     if not result_paths:
         raise InputError("no benchmark result given", fix="pass one or more `vllm bench serve --save-result` files")
     results = [read_bench_result(p) for p in result_paths]
-    rows = bench_rows(deployment_path, results, mtp_acceptance)
+    rows = bench_rows(deployment_path, results, mtp_acceptance, version)
     chosen = values_to_fit(rows, names)
-    return fit(load_calibration(base, rows[0].cluster.chip.id), rows, chosen)
+    return fit(load_calibration(base, rows[0].cluster.chip.id, version), rows, chosen)
 
 
 def calibration_file(result: FitResult, base: str, deployment_path: str | Path,
@@ -177,5 +179,6 @@ def calibration_file(result: FitResult, base: str, deployment_path: str | Path,
     header = ("# Written by `ascend-pd calibrate`. Pass it to estimate, plan and simulate with --calibration FILE.\n"
               f"# Fitted on {len(result_paths)} vllm bench serve result(s) measured on {deployment_path}.\n")
     body = {"base": base, "values": {k: float(f"{v:.6g}") for k, v in result.values.items()},
-            "fitted_on": {"deployment": str(deployment_path), "results": [str(p) for p in result_paths]}}
+            "fitted_on": {"deployment": str(deployment_path), "results": [str(p) for p in result_paths],
+                          "vllm_ascend": result.calibration.engine_version}}
     return header + yaml.safe_dump(body, sort_keys=False)

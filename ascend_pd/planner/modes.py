@@ -24,7 +24,7 @@ def instance_cost(cost: CostModel, deployment: Deployment, instance: Instance) -
     """`cost` on the chip of `instance`'s nodes, in the mode its engine runs."""
     priced = on_nodes(cost, (p.node for p in instance.devices), f"instance '{instance.name}'")
     mode = execution_mode(platform_of(priced.cluster), deployment.connector.implementation, instance,
-                          mla=cost.model.mla is not None)
+                          mla=cost.model.mla is not None, version=cost.cal.engine_version)
     return replace(priced, mode=mode)
 
 
@@ -39,16 +39,17 @@ def draft_args(role: str, mtp: int) -> list[str]:
 
 
 @cache
-def planned_modes(platform: Platform, mtp: int, mla: bool) -> dict[str, ExecMode]:
-    """The mode of the engine a plan renders for each role with `mtp` draft tokens. Graph mode and async scheduling
-    follow from the role, the platform and the draft, not from the instance's size, so a stand-in instance of each
-    role tells (the planner asks once per search, and again for every prediction)."""
+def planned_modes(platform: Platform, mtp: int, mla: bool, version: str | None = None) -> dict[str, ExecMode]:
+    """The mode of the engine a plan renders for each role with `mtp` draft tokens, on vllm-ascend `version`. Graph
+    mode and async scheduling follow from the role, the platform, the draft and the release, not from the
+    instance's size, so a stand-in instance of each role tells (the planner asks once per search, and again for
+    every prediction)."""
     return {role: execution_mode(platform, "ascend-pd", Instance(
         name=role, role=role, devices=[DevicePlacement(node="plan", devices=[0])], http_port=1, kv_port=1,
-        vllm=VllmArgs(extra_args=draft_args(role, mtp))), mla) for role in ROLES}
+        vllm=VllmArgs(extra_args=draft_args(role, mtp))), mla, version) for role in ROLES}
 
 
 def planned_costs(cost: CostModel, mtp: int) -> dict[str, CostModel]:
     """`cost` in the mode of the engine a plan renders for each role."""
-    modes = planned_modes(platform_of(cost.cluster), mtp, cost.model.mla is not None)
+    modes = planned_modes(platform_of(cost.cluster), mtp, cost.model.mla is not None, cost.cal.engine_version)
     return {role: replace(cost, mode=mode) for role, mode in modes.items()}

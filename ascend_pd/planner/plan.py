@@ -83,8 +83,10 @@ def predict(cost: CostModel, choice: Choice, units: int, req: Requirements, budg
     decode = choice.option("decode") or choice.option("colocated")
     decode_ranks = choice.count(decode.role) * decode.shape.dp
     if decode.role == "colocated":
-        tpot, per_token = colocated_operating_point(costs["colocated"], decode, req, group_rate / decode_ranks)
-        pool = PrefillPool.fluid(req.lengths.input_tokens, per_token, PREDICT_REPEATS)
+        rank_rate = group_rate / decode_ranks
+        tpot, per_token = colocated_operating_point(costs["colocated"], decode, req, rank_rate)
+        decoding = rank_rate * float(req.lengths.output_tokens.mean()) * tpot  # Little's law
+        pool = PrefillPool.fluid(req.lengths.input_tokens, per_token, PREDICT_REPEATS, decoding)
         times = pool.run(group_rate, decode_ranks).latency + cost.request_overhead()
     else:
         tpot = decode_operating_tpot(costs["decode"], decode, req, group_rate / decode_ranks)

@@ -10,6 +10,7 @@ higher rate never finish sooner, which keeps a search over the rate monotone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -47,6 +48,11 @@ class PrefillPool:
         self.prompts = [int(p) for p in prompts]
         self.gaps = rng.exponential(1.0, len(prompts))  # arrivals at rate r: cumsum(gaps) / r
         self.draws = rng.random((len(prompts), 2))  # which two ranks each request is offered
+        self.seed = seed
+        # How the proxy weighs a rank: a P rank by the prompt tokens it holds; a colocated rank (`decoding` set) by
+        # the requests it holds, its prompts and a mean of `decoding` decoding ones (inf: so many that the choice is
+        # a coin toss).
+        self.decoding: float | None = None
 
     def saturated_rate(self) -> float:
         """Requests/s one rank prefills when its queue never empties: the prompts in FIFO batches, back to back."""
@@ -60,13 +66,17 @@ class PrefillPool:
         return len(self.prompts) / busy
 
     @classmethod
-    def fluid(cls, prompts: np.ndarray, seconds_per_token: float, repeats: int = 1) -> "PrefillPool":
+    def fluid(cls, prompts: np.ndarray, seconds_per_token: float, repeats: int = 1,
+              decoding: float = math.inf) -> "PrefillPool":
         """Ranks that prefill one prompt at a time at a steady `seconds_per_token`: a colocated rank, whose chunked
-        prefill moves `chunk` prompt tokens per step of `chunk_step` seconds (as the simulator runs it)."""
+        prefill moves `chunk` prompt tokens per step of `chunk_step` seconds (as the simulator runs it). The proxy
+        weighs such a rank by all the requests it holds: its prompts and a mean of `decoding` decoding ones."""
         def step_time(tokens: float, _squares: float, _count: int) -> float:
             return tokens * seconds_per_token
 
-        return cls(None, None, 1, prompts, repeats, step_time=step_time)
+        pool = cls(None, None, 1, prompts, repeats, step_time=step_time)
+        pool.decoding = decoding
+        return pool
 
     def run(self, rate: float, ranks: int) -> PrefillRun:
         arrivals = np.cumsum(self.gaps) / rate
@@ -88,14 +98,26 @@ class PrefillPool:
                 if pool[rank].queue:
                     start(rank, ends[rank])
 
-        def held(rank: int) -> int:
+        # A rank's decoding requests come and go independently of its prompts: each count the proxy reads is a
+        # fresh Poisson draw about their mean (the occupancy of a queue with no wait).
+        decoding = self.decoding if self.decoding is not None and math.isfinite(self.decoding) else 0.0
+        others = np.random.default_rng(self.seed + 1).poisson(decoding, (n, 2))
+
+        def held(rank: int) -> float:
             advance(rank, now)  # to the arrival being routed
-            return pool[rank].outstanding
+            if self.decoding is None:
+                return pool[rank].outstanding
+            prompts = len(pool[rank].queue) + (pool[rank].running is not None)
+            return prompts + int(others[request, int(rank == offer[1])])
 
         offers = iter(self._offers(ranks))
         for request in range(n):
             now = float(arrivals[request])
-            rank = two_choices(range(ranks), lambda _ranks: next(offers), held)
+            offer = next(offers)
+            if self.decoding == math.inf:
+                rank = offer[0]
+            else:
+                rank = two_choices(range(ranks), lambda _ranks: offer, held)
             advance(rank, now)  # a lone rank was not asked its load
             pool[rank].enqueue(request, self.prompts[request])
             if pool[rank].running is None:

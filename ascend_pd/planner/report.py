@@ -10,7 +10,7 @@ from typing import Any
 from ascend_pd.deploy import dump_deployment
 from ascend_pd.deploy.connector_needs import needs_sentence
 from ascend_pd.deploy.file_schemas import with_schema_beside
-from ascend_pd.perf.calibration import pricing_sentence
+from ascend_pd.perf.calibration import VALUE_FIELDS, pricing_sentence
 from ascend_pd.perf.cost import CostModel
 from ascend_pd.hardware.platform import platform_of
 from ascend_pd.perf.published import nearest_rows
@@ -78,8 +78,8 @@ def plan_json(cost: CostModel, outcome: PlanOutcome) -> dict[str, Any]:
         "alternatives": [choice_json(c, r.units) for c in r.alternatives],
         "proxy": _proxy_json(outcome),
         "search_seconds": outcome.search_seconds,
-        "calibration": {"profile": cost.cal.name, "values": {k: v for k, v in cost.cal.as_dict().items()
-                                                             if k != "name"}},
+        "calibration": {"profile": cost.cal.name, "vllm_ascend": cost.cal.engine_version, "era": cost.cal.era,
+                        "values": {name: getattr(cost.cal, name) for name in VALUE_FIELDS}},
         "connector": outcome.deployment.connector.model_dump(mode="json"),
         "trust": _trust(cost, outcome),
     }
@@ -116,7 +116,7 @@ def connector_line(data: dict[str, Any]) -> str:
 
 
 def _report_md(data: dict[str, Any], deployment_name: str) -> str:
-    p, cmp = data["predicted"], data["comparison"]
+    p, cmp, priced = data["predicted"], data["comparison"], data["calibration"]
     lines = [f"# Plan: {data['model']} on {data['cluster']}", "",
              f"Workload: {json.dumps(data['workload'])}", f"SLO: {json.dumps(data['slo'])}", "",
              f"Chosen: **{data['kind']}**, using {p['devices']} of {data['device_budget']} devices.", ""]
@@ -158,7 +158,8 @@ def _report_md(data: dict[str, Any], deployment_name: str) -> str:
     lines += ["", f"Files: deployment.yaml (`ascend-pd validate`, `ascend-pd simulate`), plan.json, pareto.csv, "
               f"pareto.png, placement.png, deployment.schema.json (the JSON Schema deployment.yaml's first line "
               f"names, for YAML editors). Deployment name: {deployment_name}.", "",
-              f"{pricing_sentence(data['calibration']['profile'])} Its values are in plan.json.", "",
+              f"{pricing_sentence(priced['profile'], priced['vllm_ascend'])} Its values are in plan.json.",
+              "",
               "## Connector", "", connector_line(data), ""]
     lines += _trust_md(data["trust"], data["calibration"]["profile"])
     return "\n".join(lines)

@@ -4,11 +4,11 @@ render's default --image, the k8s manifests and tests/unit/render/test_image.py 
 from __future__ import annotations
 
 from ascend_pd import __version__
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE
 
-# The newest vllm-ascend release docs/vllm-ascend.md was read against, inside the `ascend` extra's range
-# (pyproject.toml). vllm-ascend publishes one image per release tag: quay.io/ascend/vllm-ascend:v<release> for A2
-# (910B), with -a3, -310p and -openeuler variants (.github/workflows/_schedule_image_build.yaml, type=pep440).
-VLLM_ASCEND_RELEASE = "0.25.1rc1"
+# The release is inside the `ascend` extra's range (pyproject.toml). vllm-ascend publishes one image per release
+# tag: quay.io/ascend/vllm-ascend:v<release> for A2 (910B), with -a3, -310p and -openeuler variants
+# (.github/workflows/_schedule_image_build.yaml, type=pep440).
 BASE_REPOSITORY = "quay.io/ascend/vllm-ascend"
 BASE_TAG = f"v{VLLM_ASCEND_RELEASE}"
 BASE_IMAGE = f"{BASE_REPOSITORY}:{BASE_TAG}"

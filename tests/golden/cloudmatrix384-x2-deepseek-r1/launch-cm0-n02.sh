@@ -75,7 +75,7 @@ start decode-1-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -101,7 +101,7 @@ start decode-1-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -127,7 +127,7 @@ start decode-1-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -153,7 +153,7 @@ start decode-1-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -179,7 +179,7 @@ start decode-1-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -205,7 +205,7 @@ start decode-1-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -231,7 +231,7 @@ start decode-1-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -257,7 +257,7 @@ start decode-1-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -283,7 +283,7 @@ start decode-1-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -309,7 +309,7 @@ start decode-1-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -335,7 +335,7 @@ start decode-1-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -361,7 +361,7 @@ start decode-1-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -387,7 +387,7 @@ start decode-1-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -413,7 +413,7 @@ start decode-1-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -439,7 +439,7 @@ start decode-1-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
@@ -465,7 +465,7 @@ start decode-1-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \

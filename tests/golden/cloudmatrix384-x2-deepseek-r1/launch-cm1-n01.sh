@@ -59,10 +59,10 @@ export ASCEND_TRANSFER_TIMEOUT=10000
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# decode-4 DP rank 16 (decode): devices 0, http 8116, kv ports 36016, engine decode-4_dp16
+# decode-3 DP rank 16 (decode): devices 0, http 8116, kv ports 36016, engine decode-3_dp16
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
+start decode-3-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8116 \
@@ -75,20 +75,20 @@ start decode-4-dp16 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 17 (decode): devices 1, http 8117, kv ports 36017, engine decode-4_dp17
+# decode-3 DP rank 17 (decode): devices 1, http 8117, kv ports 36017, engine decode-3_dp17
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
+start decode-3-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8117 \
@@ -101,20 +101,20 @@ start decode-4-dp17 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 18 (decode): devices 2, http 8118, kv ports 36018, engine decode-4_dp18
+# decode-3 DP rank 18 (decode): devices 2, http 8118, kv ports 36018, engine decode-3_dp18
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
+start decode-3-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8118 \
@@ -127,20 +127,20 @@ start decode-4-dp18 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 19 (decode): devices 3, http 8119, kv ports 36019, engine decode-4_dp19
+# decode-3 DP rank 19 (decode): devices 3, http 8119, kv ports 36019, engine decode-3_dp19
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
+start decode-3-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8119 \
@@ -153,20 +153,20 @@ start decode-4-dp19 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 20 (decode): devices 4, http 8120, kv ports 36020, engine decode-4_dp20
+# decode-3 DP rank 20 (decode): devices 4, http 8120, kv ports 36020, engine decode-3_dp20
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
+start decode-3-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8120 \
@@ -179,20 +179,20 @@ start decode-4-dp20 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 21 (decode): devices 5, http 8121, kv ports 36021, engine decode-4_dp21
+# decode-3 DP rank 21 (decode): devices 5, http 8121, kv ports 36021, engine decode-3_dp21
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
+start decode-3-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8121 \
@@ -205,20 +205,20 @@ start decode-4-dp21 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 22 (decode): devices 6, http 8122, kv ports 36022, engine decode-4_dp22
+# decode-3 DP rank 22 (decode): devices 6, http 8122, kv ports 36022, engine decode-3_dp22
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
+start decode-3-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8122 \
@@ -231,20 +231,20 @@ start decode-4-dp22 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 23 (decode): devices 7, http 8123, kv ports 36023, engine decode-4_dp23
+# decode-3 DP rank 23 (decode): devices 7, http 8123, kv ports 36023, engine decode-3_dp23
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
+start decode-3-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8123 \
@@ -257,20 +257,20 @@ start decode-4-dp23 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 24 (decode): devices 8, http 8124, kv ports 36024, engine decode-4_dp24
+# decode-3 DP rank 24 (decode): devices 8, http 8124, kv ports 36024, engine decode-3_dp24
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
+start decode-3-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8124 \
@@ -283,20 +283,20 @@ start decode-4-dp24 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 25 (decode): devices 9, http 8125, kv ports 36025, engine decode-4_dp25
+# decode-3 DP rank 25 (decode): devices 9, http 8125, kv ports 36025, engine decode-3_dp25
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
+start decode-3-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8125 \
@@ -309,20 +309,20 @@ start decode-4-dp25 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 26 (decode): devices 10, http 8126, kv ports 36026, engine decode-4_dp26
+# decode-3 DP rank 26 (decode): devices 10, http 8126, kv ports 36026, engine decode-3_dp26
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
+start decode-3-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8126 \
@@ -335,20 +335,20 @@ start decode-4-dp26 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 27 (decode): devices 11, http 8127, kv ports 36027, engine decode-4_dp27
+# decode-3 DP rank 27 (decode): devices 11, http 8127, kv ports 36027, engine decode-3_dp27
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
+start decode-3-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8127 \
@@ -361,20 +361,20 @@ start decode-4-dp27 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 28 (decode): devices 12, http 8128, kv ports 36028, engine decode-4_dp28
+# decode-3 DP rank 28 (decode): devices 12, http 8128, kv ports 36028, engine decode-3_dp28
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
+start decode-3-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8128 \
@@ -387,20 +387,20 @@ start decode-4-dp28 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 29 (decode): devices 13, http 8129, kv ports 36029, engine decode-4_dp29
+# decode-3 DP rank 29 (decode): devices 13, http 8129, kv ports 36029, engine decode-3_dp29
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
+start decode-3-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8129 \
@@ -413,20 +413,20 @@ start decode-4-dp29 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 30 (decode): devices 14, http 8130, kv ports 36030, engine decode-4_dp30
+# decode-3 DP rank 30 (decode): devices 14, http 8130, kv ports 36030, engine decode-3_dp30
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
+start decode-3-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8130 \
@@ -439,20 +439,20 @@ start decode-4-dp30 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-4 DP rank 31 (decode): devices 15, http 8131, kv ports 36031, engine decode-4_dp31
+# decode-3 DP rank 31 (decode): devices 15, http 8131, kv ports 36031, engine decode-3_dp31
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-4-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
+start decode-3-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.12 \
     --port 8131 \
@@ -465,12 +465,12 @@ start decode-4-dp31 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-3","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'

@@ -59,10 +59,10 @@ export ASCEND_TRANSFER_TIMEOUT=10000
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# decode-5 DP rank 0 (decode): devices 0, http 8100, kv ports 36000, engine decode-5_dp0
+# decode-4 DP rank 0 (decode): devices 0, http 8100, kv ports 36000, engine decode-4_dp0
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
+start decode-4-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8100 \
@@ -75,20 +75,20 @@ start decode-5-dp0 env ASCEND_RT_VISIBLE_DEVICES=0 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 1 (decode): devices 1, http 8101, kv ports 36001, engine decode-5_dp1
+# decode-4 DP rank 1 (decode): devices 1, http 8101, kv ports 36001, engine decode-4_dp1
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
+start decode-4-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8101 \
@@ -101,20 +101,20 @@ start decode-5-dp1 env ASCEND_RT_VISIBLE_DEVICES=1 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 2 (decode): devices 2, http 8102, kv ports 36002, engine decode-5_dp2
+# decode-4 DP rank 2 (decode): devices 2, http 8102, kv ports 36002, engine decode-4_dp2
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
+start decode-4-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8102 \
@@ -127,20 +127,20 @@ start decode-5-dp2 env ASCEND_RT_VISIBLE_DEVICES=2 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 3 (decode): devices 3, http 8103, kv ports 36003, engine decode-5_dp3
+# decode-4 DP rank 3 (decode): devices 3, http 8103, kv ports 36003, engine decode-4_dp3
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
+start decode-4-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8103 \
@@ -153,20 +153,20 @@ start decode-5-dp3 env ASCEND_RT_VISIBLE_DEVICES=3 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 4 (decode): devices 4, http 8104, kv ports 36004, engine decode-5_dp4
+# decode-4 DP rank 4 (decode): devices 4, http 8104, kv ports 36004, engine decode-4_dp4
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
+start decode-4-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8104 \
@@ -179,20 +179,20 @@ start decode-5-dp4 env ASCEND_RT_VISIBLE_DEVICES=4 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 5 (decode): devices 5, http 8105, kv ports 36005, engine decode-5_dp5
+# decode-4 DP rank 5 (decode): devices 5, http 8105, kv ports 36005, engine decode-4_dp5
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
+start decode-4-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8105 \
@@ -205,20 +205,20 @@ start decode-5-dp5 env ASCEND_RT_VISIBLE_DEVICES=5 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 6 (decode): devices 6, http 8106, kv ports 36006, engine decode-5_dp6
+# decode-4 DP rank 6 (decode): devices 6, http 8106, kv ports 36006, engine decode-4_dp6
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
+start decode-4-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8106 \
@@ -231,20 +231,20 @@ start decode-5-dp6 env ASCEND_RT_VISIBLE_DEVICES=6 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 7 (decode): devices 7, http 8107, kv ports 36007, engine decode-5_dp7
+# decode-4 DP rank 7 (decode): devices 7, http 8107, kv ports 36007, engine decode-4_dp7
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
+start decode-4-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8107 \
@@ -257,20 +257,20 @@ start decode-5-dp7 env ASCEND_RT_VISIBLE_DEVICES=7 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 8 (decode): devices 8, http 8108, kv ports 36008, engine decode-5_dp8
+# decode-4 DP rank 8 (decode): devices 8, http 8108, kv ports 36008, engine decode-4_dp8
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
+start decode-4-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8108 \
@@ -283,20 +283,20 @@ start decode-5-dp8 env ASCEND_RT_VISIBLE_DEVICES=8 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 9 (decode): devices 9, http 8109, kv ports 36009, engine decode-5_dp9
+# decode-4 DP rank 9 (decode): devices 9, http 8109, kv ports 36009, engine decode-4_dp9
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
+start decode-4-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8109 \
@@ -309,20 +309,20 @@ start decode-5-dp9 env ASCEND_RT_VISIBLE_DEVICES=9 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 10 (decode): devices 10, http 8110, kv ports 36010, engine decode-5_dp10
+# decode-4 DP rank 10 (decode): devices 10, http 8110, kv ports 36010, engine decode-4_dp10
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
+start decode-4-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8110 \
@@ -335,20 +335,20 @@ start decode-5-dp10 env ASCEND_RT_VISIBLE_DEVICES=10 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 11 (decode): devices 11, http 8111, kv ports 36011, engine decode-5_dp11
+# decode-4 DP rank 11 (decode): devices 11, http 8111, kv ports 36011, engine decode-4_dp11
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
+start decode-4-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8111 \
@@ -361,20 +361,20 @@ start decode-5-dp11 env ASCEND_RT_VISIBLE_DEVICES=11 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 12 (decode): devices 12, http 8112, kv ports 36012, engine decode-5_dp12
+# decode-4 DP rank 12 (decode): devices 12, http 8112, kv ports 36012, engine decode-4_dp12
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
+start decode-4-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8112 \
@@ -387,20 +387,20 @@ start decode-5-dp12 env ASCEND_RT_VISIBLE_DEVICES=12 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 13 (decode): devices 13, http 8113, kv ports 36013, engine decode-5_dp13
+# decode-4 DP rank 13 (decode): devices 13, http 8113, kv ports 36013, engine decode-4_dp13
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
+start decode-4-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8113 \
@@ -413,20 +413,20 @@ start decode-5-dp13 env ASCEND_RT_VISIBLE_DEVICES=13 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 14 (decode): devices 14, http 8114, kv ports 36014, engine decode-5_dp14
+# decode-4 DP rank 14 (decode): devices 14, http 8114, kv ports 36014, engine decode-4_dp14
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
+start decode-4-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8114 \
@@ -439,20 +439,20 @@ start decode-5-dp14 env ASCEND_RT_VISIBLE_DEVICES=14 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'
 
-# decode-5 DP rank 15 (decode): devices 15, http 8115, kv ports 36015, engine decode-5_dp15
+# decode-4 DP rank 15 (decode): devices 15, http 8115, kv ports 36015, engine decode-4_dp15
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start decode-5-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
+start decode-4-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.13 \
     --port 8115 \
@@ -465,12 +465,12 @@ start decode-5-dp15 env ASCEND_RT_VISIBLE_DEVICES=15 HCCL_BUFFSIZE=600 \
     --enable-expert-parallel \
     --max-model-len 25600 \
     --max-num-batched-tokens 256 \
-    --max-num-seqs 30 \
+    --max-num-seqs 37 \
     --gpu-memory-utilization 0.9 \
     --block-size 128 \
     --trust-remote-code \
     --compilation-config '{"cudagraph_mode":"FULL_DECODE_ONLY"}' \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-5","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_consumer","kv_port":36000,"engine_id":"decode-4","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}}}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'

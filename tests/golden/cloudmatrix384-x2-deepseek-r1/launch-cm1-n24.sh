@@ -59,10 +59,10 @@ export ASCEND_TRANSFER_TIMEOUT=10000
 MOONCAKE_LIB="$(python3 -c 'import os, mooncake; print(os.path.dirname(mooncake.__file__))' 2>/dev/null || true)"
 export LD_LIBRARY_PATH="${MOONCAKE_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-# prefill-37 DP rank 0 (prefill): devices 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15, http 8100, kv ports 36000-36015, engine prefill-37
+# prefill-52 DP rank 0 (prefill): devices 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15, http 8100, kv ports 36000-36015, engine prefill-52
 # prefix caching stays on, unlike vllm-ascend's PD guide (--no-enable-prefix-caching): AscendPDConnector moves
 # only the prompt blocks after D's prefix hits, and the proxy's prefix-affinity routing relies on them
-start prefill-37-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 HCCL_BUFFSIZE=256 \
+start prefill-52-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 HCCL_BUFFSIZE=256 \
     vllm serve /models/deepseek-r1 \
     --host 192.168.17.35 \
     --port 8100 \
@@ -76,6 +76,6 @@ start prefill-37-dp0 env ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7,8,9,10,11,12,
     --trust-remote-code \
     --enforce-eager \
     --quantization ascend \
-    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-37","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}},"abort_timeout_s":480}}' \
+    --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":36000,"engine_id":"prefill-52","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"push","protocol":"ascend","ascend_pd_shapes":{"prefill":{"tp_size":16,"dp_size":1},"decode":{"tp_size":1,"dp_size":32}},"abort_timeout_s":480}}' \
     --additional-config '{}' \
     --speculative-config '{"method": "deepseek_mtp", "num_speculative_tokens": 1}'

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-3-dp0 decode-3-dp1 decode-3-dp2 decode-3-dp3 decode-3-dp4 decode-3-dp5 decode-3-dp6 decode-3-dp7 decode-3-dp8 decode-3-dp9 decode-3-dp10 decode-3-dp11 decode-3-dp12 decode-3-dp13 decode-3-dp14 decode-3-dp15
+  stop prefill-0-dp0
 fi

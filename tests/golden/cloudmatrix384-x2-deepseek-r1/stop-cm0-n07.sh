@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-3-dp16 decode-3-dp17 decode-3-dp18 decode-3-dp19 decode-3-dp20 decode-3-dp21 decode-3-dp22 decode-3-dp23 decode-3-dp24 decode-3-dp25 decode-3-dp26 decode-3-dp27 decode-3-dp28 decode-3-dp29 decode-3-dp30 decode-3-dp31
+  stop prefill-1-dp0
 fi

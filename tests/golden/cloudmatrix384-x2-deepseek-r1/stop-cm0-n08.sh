@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-0-dp0
+  stop prefill-2-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-1-dp0
+  stop prefill-3-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-6-dp0
+  stop prefill-8-dp0
 fi

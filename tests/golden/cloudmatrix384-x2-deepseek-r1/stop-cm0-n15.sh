@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-7-dp0
+  stop prefill-9-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-10-dp0
+  stop prefill-12-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-11-dp0
+  stop prefill-13-dp0
 fi

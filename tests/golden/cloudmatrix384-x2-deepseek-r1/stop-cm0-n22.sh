@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-14-dp0
+  stop prefill-16-dp0
 fi

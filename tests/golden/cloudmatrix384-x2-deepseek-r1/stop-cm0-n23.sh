@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-15-dp0
+  stop prefill-17-dp0
 fi

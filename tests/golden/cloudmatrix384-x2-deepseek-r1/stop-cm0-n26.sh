@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-18-dp0
+  stop prefill-20-dp0
 fi

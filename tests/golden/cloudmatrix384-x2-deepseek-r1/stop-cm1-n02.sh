@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-5-dp0 decode-5-dp1 decode-5-dp2 decode-5-dp3 decode-5-dp4 decode-5-dp5 decode-5-dp6 decode-5-dp7 decode-5-dp8 decode-5-dp9 decode-5-dp10 decode-5-dp11 decode-5-dp12 decode-5-dp13 decode-5-dp14 decode-5-dp15
+  stop decode-4-dp0 decode-4-dp1 decode-4-dp2 decode-4-dp3 decode-4-dp4 decode-4-dp5 decode-4-dp6 decode-4-dp7 decode-4-dp8 decode-4-dp9 decode-4-dp10 decode-4-dp11 decode-4-dp12 decode-4-dp13 decode-4-dp14 decode-4-dp15
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-5-dp16 decode-5-dp17 decode-5-dp18 decode-5-dp19 decode-5-dp20 decode-5-dp21 decode-5-dp22 decode-5-dp23 decode-5-dp24 decode-5-dp25 decode-5-dp26 decode-5-dp27 decode-5-dp28 decode-5-dp29 decode-5-dp30 decode-5-dp31
+  stop decode-4-dp16 decode-4-dp17 decode-4-dp18 decode-4-dp19 decode-4-dp20 decode-4-dp21 decode-4-dp22 decode-4-dp23 decode-4-dp24 decode-4-dp25 decode-4-dp26 decode-4-dp27 decode-4-dp28 decode-4-dp29 decode-4-dp30 decode-4-dp31
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-6-dp0 decode-6-dp1 decode-6-dp2 decode-6-dp3 decode-6-dp4 decode-6-dp5 decode-6-dp6 decode-6-dp7 decode-6-dp8 decode-6-dp9 decode-6-dp10 decode-6-dp11 decode-6-dp12 decode-6-dp13 decode-6-dp14 decode-6-dp15
+  stop decode-5-dp0 decode-5-dp1 decode-5-dp2 decode-5-dp3 decode-5-dp4 decode-5-dp5 decode-5-dp6 decode-5-dp7 decode-5-dp8 decode-5-dp9 decode-5-dp10 decode-5-dp11 decode-5-dp12 decode-5-dp13 decode-5-dp14 decode-5-dp15
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-6-dp16 decode-6-dp17 decode-6-dp18 decode-6-dp19 decode-6-dp20 decode-6-dp21 decode-6-dp22 decode-6-dp23 decode-6-dp24 decode-6-dp25 decode-6-dp26 decode-6-dp27 decode-6-dp28 decode-6-dp29 decode-6-dp30 decode-6-dp31
+  stop decode-5-dp16 decode-5-dp17 decode-5-dp18 decode-5-dp19 decode-5-dp20 decode-5-dp21 decode-5-dp22 decode-5-dp23 decode-5-dp24 decode-5-dp25 decode-5-dp26 decode-5-dp27 decode-5-dp28 decode-5-dp29 decode-5-dp30 decode-5-dp31
 fi

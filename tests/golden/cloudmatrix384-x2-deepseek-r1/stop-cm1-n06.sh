@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-7-dp0 decode-7-dp1 decode-7-dp2 decode-7-dp3 decode-7-dp4 decode-7-dp5 decode-7-dp6 decode-7-dp7 decode-7-dp8 decode-7-dp9 decode-7-dp10 decode-7-dp11 decode-7-dp12 decode-7-dp13 decode-7-dp14 decode-7-dp15
+  stop prefill-34-dp0
 fi

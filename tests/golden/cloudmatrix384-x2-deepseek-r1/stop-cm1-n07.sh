@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop decode-7-dp16 decode-7-dp17 decode-7-dp18 decode-7-dp19 decode-7-dp20 decode-7-dp21 decode-7-dp22 decode-7-dp23 decode-7-dp24 decode-7-dp25 decode-7-dp26 decode-7-dp27 decode-7-dp28 decode-7-dp29 decode-7-dp30 decode-7-dp31
+  stop prefill-35-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-21-dp0
+  stop prefill-36-dp0
 fi

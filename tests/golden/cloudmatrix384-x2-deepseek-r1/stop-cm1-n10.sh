@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-23-dp0
+  stop prefill-38-dp0
 fi

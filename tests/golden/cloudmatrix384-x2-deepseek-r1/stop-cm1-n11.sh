@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-24-dp0
+  stop prefill-39-dp0
 fi

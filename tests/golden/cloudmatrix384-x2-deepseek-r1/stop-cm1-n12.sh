@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-25-dp0
+  stop prefill-40-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-26-dp0
+  stop prefill-41-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-27-dp0
+  stop prefill-42-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-28-dp0
+  stop prefill-43-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-29-dp0
+  stop prefill-44-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-30-dp0
+  stop prefill-45-dp0
 fi

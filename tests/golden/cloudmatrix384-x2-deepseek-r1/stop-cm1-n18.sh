@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-31-dp0
+  stop prefill-46-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-32-dp0
+  stop prefill-47-dp0
 fi

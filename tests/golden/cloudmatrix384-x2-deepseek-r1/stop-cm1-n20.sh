@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-33-dp0
+  stop prefill-48-dp0
 fi

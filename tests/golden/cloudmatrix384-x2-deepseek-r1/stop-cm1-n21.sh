@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-34-dp0
+  stop prefill-49-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-35-dp0
+  stop prefill-50-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-36-dp0
+  stop prefill-51-dp0
 fi

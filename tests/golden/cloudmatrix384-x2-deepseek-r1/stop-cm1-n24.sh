@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-37-dp0
+  stop prefill-52-dp0
 fi

@@ -59,5 +59,5 @@ stop() {
 if (( $# )); then
   stop "$@"
 else
-  stop prefill-40-dp0
+  stop prefill-55-dp0
 fi

@@ -1,5 +1,6 @@
 """The execution mode the cost model prices an engine in, read from the command line render writes for it, the way
-vllm-ascend's platform (v0.13.0rc1 to v0.25.1rc1) and vLLM's config (0.32) resolve graph mode and async scheduling."""
+vllm-ascend's platform (v0.11.0 to v0.25.1rc1, per release) and vLLM's config (0.32) resolve graph mode and async
+scheduling."""
 
 import json
 
@@ -23,8 +24,35 @@ def draft(method: str, tokens: int = 1) -> list[str]:
 def test_ascend_pd_engines_run_as_the_guide_renders_them(platform):
     assert execution_mode(platform, "ascend-pd", instance("prefill")) == ExecMode("eager", True)
     assert execution_mode(platform, "ascend-pd", instance("decode")) == ExecMode("full", True)
-    # no graph flag: vLLM's FULL_AND_PIECEWISE, which vllm-ascend runs as PIECEWISE
-    assert execution_mode(platform, "ascend-pd", instance("colocated")) == ExecMode("piecewise", True)
+    # no graph flag: vLLM's FULL_AND_PIECEWISE, which the pinned vllm-ascend runs as asked: full decode graphs
+    assert execution_mode(platform, "ascend-pd", instance("colocated")) == ExecMode("full", True)
+
+
+@pytest.mark.parametrize(("release", "graph"), [("0.11.0", "piecewise"), ("0.20.2rc1", "piecewise"),
+                                                 ("v0.21.0rc1", "full"), ("0.25.1rc1", "full")])
+def test_an_unflagged_engine_runs_full_decode_graphs_from_v0_21(release, graph):
+    # vllm-ascend turned FULL_AND_PIECEWISE into PIECEWISE until #9572, first released in v0.21.0rc1
+    assert execution_mode("a2", "ascend-pd", instance("colocated"), version=release).decode_graph == graph
+    asked = instance("colocated", compilation_config={"cudagraph_mode": "FULL_AND_PIECEWISE"})
+    assert execution_mode("a2", "ascend-pd", asked, version=release).decode_graph == graph
+    # what a flag names is what runs on every release
+    decode = execution_mode("a2", "ascend-pd", instance("decode"), version=release)
+    assert decode.decode_graph == "full"
+
+
+@pytest.mark.parametrize(("release", "scheduled_ahead"), [("0.13.0rc2", False), ("0.14.0rc1", True)])
+def test_async_scheduling_is_on_by_default_from_the_release_on_vllm_0_14(release, scheduled_ahead):
+    assert execution_mode("a3", "ascend-pd", instance("decode"), version=release).async_scheduling is scheduled_ahead
+    forced = instance("decode", "--async-scheduling")
+    assert execution_mode("a3", "ascend-pd", forced, version=release).async_scheduling
+
+
+def test_a_release_that_is_not_one_is_a_clear_error():
+    from ascend_pd.errors import InputError
+
+    with pytest.raises(InputError, match="not a vllm-ascend release") as caught:
+        execution_mode("a3", "ascend-pd", instance("decode"), version="latest")
+    assert caught.value.field == "--vllm-ascend-version"
 
 
 def test_flags_the_user_sets_win():

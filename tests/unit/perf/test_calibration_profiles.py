@@ -81,3 +81,44 @@ def test_plan_writes_the_profile_it_used_into_plan_json_and_the_report(tmp_path)
     assert data["calibration"]["profile"] == "vllm-ascend"
     assert data["calibration"]["values"]["step_overhead_s"] == load_calibration("vllm-ascend", "910b3").step_overhead_s
     assert "`vllm-ascend`" in (out / "report.md").read_text()
+
+
+# --- eras of host costs -------------------------------------------------------------------------------------------
+def test_each_release_falls_in_its_era_of_host_costs():
+    import yaml
+    from packaging.version import Version
+
+    from ascend_pd.defaults import VLLM_ASCEND_RELEASE
+    from ascend_pd.perf.calibration import CALIBRATION_FILE, era_of, load_calibration
+
+    raw = yaml.safe_load(CALIBRATION_FILE.read_text())["profiles"]["vllm-ascend"]
+    assert list(raw["eras"]) == sorted(raw["eras"])  # era names sort in time order, as the fit assumes
+    assert era_of("vllm-ascend", Version("0.5.0")) == "2025"  # older than the first era: the first
+    assert era_of("vllm-ascend", Version("0.13.0rc2")) == "2025"
+    assert era_of("vllm-ascend", Version("0.14.0rc1")) == "2026"
+    old, new = load_calibration("vllm-ascend", "910c", "0.13.0"), load_calibration("vllm-ascend", "910c")
+    assert (old.era, new.era, new.engine_version) == ("2025", "2026", VLLM_ASCEND_RELEASE)
+    # a profile without eras prices every release alike
+    assert load_calibration("cloudmatrix-infer", "910c", "0.9.1").era == ""
+
+
+def test_a_value_written_for_an_era_holds_from_that_era_on():
+    from ascend_pd.perf.calibration import era_values
+
+    values = {"step_overhead_s": 0.016, "step_overhead_s@2026": 0.010, "request_overhead_s@2027": 0.05,
+              "request_overhead_s": 0.3}
+    eras = ["2025", "2026", "2027"]
+    assert era_values(values, "2025", eras) == {"step_overhead_s": 0.016, "request_overhead_s": 0.3}
+    assert era_values(values, "2026", eras) == {"step_overhead_s": 0.010, "request_overhead_s": 0.3}
+    assert era_values(values, "2027", eras) == {"step_overhead_s": 0.010, "request_overhead_s": 0.05}
+    assert era_values(values, "", []) == {"step_overhead_s": 0.016, "request_overhead_s": 0.3}
+
+
+def test_a_calibration_file_keeps_the_release_it_prices(tmp_path):
+    from ascend_pd.perf.calibration import load_calibration
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("base: vllm-ascend\nvalues: {prefill_efficiency: 0.5}\n")
+    mine = load_calibration(str(path), "910c", "0.13.0rc1")
+    assert (mine.prefill_efficiency, mine.era, mine.engine_version) == (0.5, "2025", "0.13.0rc1")
+    assert mine.step_overhead_s == load_calibration("vllm-ascend", "910c", "0.13.0rc1").step_overhead_s

@@ -1,6 +1,6 @@
 """The cost model judged on published rows it was not fitted to: held-out decode rows of the CloudMatrix stack, and
-every vllm-ascend row predicted by a fit that never saw its source (measurements.yaml). The tolerances are the
-targets the profiles are held to; docs/planner.md lists every row."""
+what the vllm-ascend profile is judged on (every row predicted by a fit that never saw its source, measurements.yaml;
+tests/unit/perf/test_accuracy_gate.py holds those errors to the stored figures). docs/planner.md lists every row."""
 
 import pytest
 
@@ -21,18 +21,13 @@ def vllm_ascend():
     return summary(refit("vllm-ascend", by_source=True))
 
 
-def test_vllm_ascend_tpot_leaving_each_source_out_is_within_20_percent_on_average(vllm_ascend):
-    assert vllm_ascend["tpot"]["leave_source_out"] <= 0.20
-
-
-def test_vllm_ascend_ttft_leaving_each_source_out_is_within_25_percent_on_average(vllm_ascend):
-    assert vllm_ascend["ttft"]["leave_source_out"] <= 0.25
-
-
-def test_vllm_ascend_is_judged_on_25_rows_from_6_sources_of_dense_moe_and_mla_models(vllm_ascend):
+def test_vllm_ascend_is_judged_on_40_rows_from_12_sources_of_dense_moe_and_mla_models(vllm_ascend):
     rows = profile_rows("vllm-ascend").fit
-    assert sum(figures["rows"] for figures in vllm_ascend.values()) == len(rows) >= 25
-    assert len({row.source for row in rows}) >= 6
+    assert sum(vllm_ascend[metric]["rows"] for metric in ("tpot", "ttft")) == len(rows) >= 40
+    assert len({row.source for row in rows}) >= 12
+    # both eras of releases, each with TPOT and TTFT rows judged
+    assert {era: set(metrics) for era, metrics in vllm_ascend["eras"].items()} == {
+        "2025": {"tpot", "ttft"}, "2026": {"tpot", "ttft"}}
     kinds = {"MLA" if row.model.mla else "MoE" if row.model.moe else "dense" for row in rows}
     assert kinds == {"dense", "MoE", "MLA"} and len({row.model.id for row in rows}) >= 4
     # prefill is judged too: TTFT rows at one request and in bursts

@@ -19,3 +19,9 @@ def test_validation_yaml_is_the_refit_of_the_data():
     stored = yaml.safe_load(VALIDATION_FILE.read_text(encoding="utf-8"))
     assert stored == {name: refit_shipped.validation(name) for name in shipped_profiles()}, \
         "run `python -m ascend_pd.perf.refit_shipped --write` and review the diff"
+
+
+def test_the_picture_of_the_rows_is_drawn_and_shown():
+    picture = refit_shipped.plot_path("vllm-ascend")
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"]({picture.name})" in refit_shipped.DOCS_FILE.read_text(encoding="utf-8")

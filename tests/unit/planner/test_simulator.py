@@ -82,19 +82,19 @@ def test_planner_and_simulator_agree_within_15_percent_on_each_example(example):
     assert simulated["slo_attainment"] >= slo.attainment - 0.02
 
 
-@pytest.mark.parametrize("model, cluster, devices, prompt, output, tpot_ms, calibration",
-                         [("qwen3-32b", "atlas-800i-a2-x4", 8, 256, 256, 100, None),
+@pytest.mark.parametrize("model, cluster, devices, prompt, output, tpot_ms, calibration, tolerance",
+                         [("qwen3-32b", "atlas-800i-a2-x4", 8, 256, 256, 100, None, 0.15),
                           # Under vllm-ascend the simulator runs this plan's decode at 51 ms where the planner puts
                           # its operating point at 50 ms, and the run overloads: an open disagreement, so this case
                           # stays on the profile it was written for.
-                          ("deepseek-r1", "atlas-800t-a3-x4", 16, 1024, 256, 50, "cloudmatrix-infer")])
-def test_a_colocated_plan_and_the_simulator_agree_within_20_percent(model, cluster, devices, prompt, output, tpot_ms,
-                                                                    calibration):
-    # The best colocated deployment on the budget, at the most it sustains within the SLO. Looser than the examples'
-    # 15%: with expert parallelism the simulator's DP ranks step together, which the planner's fluid queue of one
-    # rank does not see (DeepSeek-R1 TTFT p90 1,304 ms simulated against 1,115 planned, under cloudmatrix-infer). Qwen's
-    # TPOT target leaves room for the prompt chunks a colocated step runs beside decode: at 50 ms vllm-ascend's host
-    # work per step leaves Qwen3-32B on A2 no colocated shape.
+                          ("deepseek-r1", "atlas-800t-a3-x4", 16, 1024, 256, 50, "cloudmatrix-infer", 0.25)])
+def test_a_colocated_plan_and_the_simulator_agree(model, cluster, devices, prompt, output, tpot_ms, calibration,
+                                                  tolerance):
+    # The best colocated deployment on the budget, at the most it sustains within the SLO. The planner routes each
+    # prompt as the proxy does, to the one of two ranks that holds fewer requests, decoding ones included. Looser
+    # with expert parallelism: the simulator's DP ranks step together, which the planner's fluid queue of one rank
+    # does not see (DeepSeek-R1 TTFT p90 1,114 ms simulated against 1,374 planned, under cloudmatrix-infer). Qwen's
+    # TPOT target leaves room for the prompt chunks a colocated step runs beside decode.
     from ascend_pd.planner.placement import build_deployment
     from ascend_pd.planner.plan import predict
 
@@ -108,6 +108,6 @@ def test_a_colocated_plan_and_the_simulator_agree_within_20_percent(model, clust
     deployment = build_deployment(cost, choice, units, outcome.requirements, at_design, slo, cluster)
     duration = max(120.0, 15000 / predicted["rate_rps"])
     simulated = simulate(deployment, cost, at_design, slo, duration=duration, warmup=duration / 4)
-    assert simulated["ttft_ms"]["p50"] == pytest.approx(predicted["ttft_ms"]["p50"], rel=0.20)
-    assert simulated["ttft_ms"]["p90"] == pytest.approx(predicted["ttft_ms"]["p90"], rel=0.20)
-    assert simulated["tpot_ms"]["p50"] == pytest.approx(predicted["tpot_ms"], rel=0.20)
+    assert simulated["ttft_ms"]["p50"] == pytest.approx(predicted["ttft_ms"]["p50"], rel=tolerance)
+    assert simulated["ttft_ms"]["p90"] == pytest.approx(predicted["ttft_ms"]["p90"], rel=tolerance)
+    assert simulated["tpot_ms"]["p50"] == pytest.approx(predicted["tpot_ms"], rel=tolerance)

@@ -107,7 +107,9 @@ def test_a_reader_racing_the_writer_sees_a_whole_table_every_time(tmp_path):
             done.set()
             reader.join()
     assert not broken, f"{len(broken)} reads saw part of a table: {broken[0]}"
-    assert len(seen) > written  # the reader did race the writer
+    # the reader did race the writer: it read tables of several generations while they were being written (how many
+    # reads it makes depends on what else the machine runs)
+    assert len(set(seen)) > 2
     assert read_table(path).generation == written - 1
 
 
