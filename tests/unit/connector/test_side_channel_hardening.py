@@ -185,7 +185,13 @@ PEERS = {"plain": None, "another deployment": PeerKey(new_secret()), "this deplo
 @given(kind=st.sampled_from([zmq.DEALER, zmq.REQ]), parts=frames, peer=st.sampled_from(list(PEERS)))
 def test_any_frames_from_any_socket_leave_the_server_answering_a_real_request(served, kind, parts, peer):
     sock = zmq_socket(kind, served.port, key=PEERS[peer])
-    sock.send_multipart(parts)
+    sock.setsockopt(zmq.SNDTIMEO, 5000)
+    try:
+        sock.send_multipart(parts)
+    except zmq.Again:
+        # a peer the server refused may find no connection to queue its message on, and its send would block for
+        # ever: what this test asks is that the server still answers, below
+        assert peer != "this deployment", "a key holder could not send"
     if peer == "this deployment" and kind == zmq.REQ and len(parts) == 1:  # the one shape that gets an answer
         assert sock.poll(5000)
         assert isinstance(messages.decode_reply(sock.recv()), (messages.Refused, messages.Ack, messages.AgentMetadata))
