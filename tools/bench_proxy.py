@@ -124,11 +124,28 @@ async def closed_loop(client, body: dict, concurrency: int, requests: int) -> Sa
     return sample
 
 
-def start(command: list[str], cpus: set[int] | None) -> subprocess.Popen:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start(command: list[str], cpus: set[int] | None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     if cpus:  # before the child's event loop starts: its later threads inherit the mask
         os.sched_setaffinity(process.pid, cpus)
     return process
+
+
+def start_engines(token_delay: float, args, cpus: set[int] | None) -> tuple[subprocess.Popen, dict]:
+    """Fake P and D engines in one process; returns it and their urls by role."""
+    process = start([sys.executable, str(TOOLS / "fake_vllm.py"), "--prefill", str(args.prefills), "--decode",
+                     str(args.decodes), "--token-delay", str(token_delay), "--event-loop", args.event_loop], cpus)
+    return process, json.loads(process.stdout.readline())
+
+
+def proxy_command(port: int, engines: dict, workers: int, event_loop: str) -> list[str]:
+    command = [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--host", "127.0.0.1", "--port", str(port),
+               "--log-level", "warning", "--max-inflight", "4096", "--event-loop", event_loop,
+               "--workers", str(workers)]
+    for role in ("prefill", "decode"):
+        for engine in engines[role]:
+            command += [f"--{role}", engine["url"]]
+    return command
 
 
 def placement(pin: bool) -> tuple[set[int] | None, set[int] | None]:
@@ -153,12 +170,16 @@ async def proxy_ready(url: str) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc); 0 for one that is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time a process's threads have run so far, to the nanosecond (Linux /proc/<pid>/task/*/schedstat); 0 for
+    one that is gone. /proc/<pid>/stat's utime and stime are counted in 10 ms clock ticks, charged to whichever
+    process a tick finds running: too coarse for a proxy that runs 0.4 ms per request between waits."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / 1e9
 
 
 def process_tree(pid: int) -> list[int]:
@@ -246,22 +267,13 @@ async def rate_table(direct, proxies, args) -> None:
 
 async def run_with_engines(token_delay: float, args, body) -> None:
     proxy_cpus, other_cpus = placement(args.pin)
-    engines_proc = start([sys.executable, str(TOOLS / "fake_vllm.py"), "--prefill", str(args.prefills), "--decode",
-                          str(args.decodes), "--token-delay", str(token_delay), "--event-loop", args.event_loop],
-                         other_cpus)
+    engines_proc, engines = start_engines(token_delay, args, other_cpus)
     proxy_procs = []
     try:
-        engines = json.loads(engines_proc.stdout.readline())
         proxies = []
         for workers in args.workers:  # every proxy runs from the start, so they see the same engines alike
             port = free_port()
-            command = [sys.executable, "-m", "ascend_pd.cli.main", "proxy", "--host", "127.0.0.1", "--port",
-                       str(port), "--log-level", "warning", "--max-inflight", "4096", "--event-loop",
-                       args.proxy_event_loop, "--workers", str(workers)]
-            for role in ("prefill", "decode"):
-                for engine in engines[role]:
-                    command += [f"--{role}", engine["url"]]
-            proxy_procs.append(start(command, proxy_cpus))
+            proxy_procs.append(start(proxy_command(port, engines, workers, args.proxy_event_loop), proxy_cpus))
             url = f"http://127.0.0.1:{port}"
             await proxy_ready(url)
             proxies.append(Proxied(url, proxy_procs[-1].pid, workers))
