@@ -58,5 +58,6 @@ calibration_option = click.option(
          "paper) or a file `ascend-pd calibrate` wrote")
 version_option = click.option(
     "--vllm-ascend-version", "vllm_ascend_version", default=None, metavar="RELEASE",
-    help=f"the vllm-ascend release the engines run (default: {VLLM_ASCEND_RELEASE}, the image render ships): its "
-         "host costs and what its unflagged graph mode and scheduling resolve to")
+    help=f"the vllm-ascend release the engines run: its host costs and what its unflagged graph mode and "
+         f"scheduling resolve to (default: the deployment's vllm_ascend_version where a deployment is read, else "
+         f"{VLLM_ASCEND_RELEASE}, the release render's image holds; plan writes the one it priced)")

@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from ascend_pd.cli.common import EXIT_FINDINGS, input_errors_exit_2, one_shot
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE
 from ascend_pd.errors import InputError
-from ascend_pd.render.image import DEFAULT_IMAGE
+from ascend_pd.render.image import IMAGE_REPOSITORY, image_tag
 
 
 def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
@@ -33,13 +34,14 @@ def parse_node_ips(values: tuple[str, ...]) -> dict[str, str]:
               help="the address of one node at this site, where the cluster file's host_ip_start numbering "
                    "guesses wrong; repeat for more nodes. Written into the bundle's deployment.yaml "
                    "(node_addresses), which the proxy and the autoscaler read")
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True,
-              help="container image holding ascend-pd and vLLM, for the k8s target (docker/Dockerfile builds the "
-                   "default)")
+@click.option("--image", default=None,
+              help="container image holding ascend-pd and vLLM, for the k8s target [default: "
+                   f"{IMAGE_REPOSITORY}:{image_tag('<release>')}, where <release> is the deployment's "
+                   f"vllm_ascend_version ({VLLM_ASCEND_RELEASE} when it names none); docker/Dockerfile builds it]")
 @input_errors_exit_2
 @one_shot
 def render_cmd(file: str, out_dir: str, target: str, interface: str | None, node_ips: tuple[str, ...],
-               image: str) -> None:
+               image: str | None) -> None:
     """Validate FILE (a deployment.yaml) and write what runs it into DIR.
 
     DIR also gets the deployment's secrets (secrets/kv.key, secrets/admin.token, mode 0600; for the k8s target the

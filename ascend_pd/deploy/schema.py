@@ -5,9 +5,11 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Any, Literal
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ascend_pd.defaults import GPU_MEMORY_UTILIZATION, PREFILL_BATCH_TOKENS, PROXY_POLICY, PROXY_PORT, SLO_ATTAINMENT
+from ascend_pd.defaults import (GPU_MEMORY_UTILIZATION, PREFILL_BATCH_TOKENS, PROXY_POLICY, PROXY_PORT, SLO_ATTAINMENT,
+                                VLLM_ASCEND_RELEASE)
 
 Role = Literal["prefill", "decode", "colocated"]
 
@@ -168,10 +170,24 @@ class Deployment(_Strict):
     slo: SLO | None = None
     instances: list[Instance] = Field(min_length=1)
     proxy: Proxy
+    vllm_ascend_version: str | None = Field(
+        None, description=f"the vllm-ascend release the engines run: what plan, simulate and the autoscaler price and "
+                          f"render's default image holds (absent: {VLLM_ASCEND_RELEASE}, the release ascend-pd pins)")
     node_addresses: dict[str, IPv4Address] | None = Field(
         None, description="node name -> the host address it has at this site, where it differs from the cluster "
                           "file's host_ip_start numbering; every engine, the proxy and the autoscaler reach the node "
                           "there (`ascend-pd render --node-ip NODE=IP` writes it into the bundle)")
+
+    @field_validator("vllm_ascend_version")
+    @classmethod
+    def _release(cls, text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            return str(Version(text.strip().removeprefix("v")))
+        except InvalidVersion:
+            raise ValueError(f"'{text}' is not a vllm-ascend release; give one such as {VLLM_ASCEND_RELEASE}") \
+                from None
 
     def by_role(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]

@@ -52,7 +52,7 @@ def simulate_deployment_file(path: str | Path, workload_file: str | Path | None 
     # Each instance is priced on its own nodes' chip (modes.instance_cost); outside them the simulator reads only
     # the links and the profile's request overhead, the same for every chip in the shipped profiles.
     cost = whole_cluster(model, cluster, deployment.model.quantization, deployment.model.kv_cache_dtype, calibration,
-                         vllm_ascend_version)
+                         vllm_ascend_version or deployment.vllm_ascend_version)
     result = simulate(deployment, cost, workload, slo, duration, duration / 4 if warmup is None else warmup, seed,
                       mtp_acceptance, base_dir=Path(path).parent)
     result["devices"] = sum(inst.device_count for inst in deployment.instances)

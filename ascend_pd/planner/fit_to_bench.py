@@ -100,9 +100,10 @@ def _one_shape(instances: list[Instance], role: str, source: str) -> Shape:
 def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult], mtp_acceptance: float = MTP_ACCEPTANCE,
                version: str | None = None) -> list[Row]:
     """The TPOT and TTFT rows of `results`, measured on the deployment in `deployment_path` running vllm-ascend
-    `version` (default: the release ascend-pd pins)."""
+    `version` (default: the release the deployment pins, else the one ascend-pd pins)."""
     loaded = load_deployment(deployment_path)
     deployment, source = loaded.deployment, str(deployment_path)
+    version = version or deployment.vllm_ascend_version
     # One fit holds one chip's values: on a cluster that mixes chips, the group the deployment runs on.
     cluster = deployment_group(loaded.cluster(), (p.node for i in deployment.instances for p in i.devices), source,
                                "a calibration fit")
@@ -168,6 +169,7 @@ def calibrate(deployment_path: str | Path, result_paths: Sequence[str | Path], b
     if not result_paths:
         raise InputError("no benchmark result given", fix="pass one or more `vllm bench serve --save-result` files")
     results = [read_bench_result(p) for p in result_paths]
+    version = version or load_deployment(deployment_path).deployment.vllm_ascend_version
     rows = bench_rows(deployment_path, results, mtp_acceptance, version)
     chosen = values_to_fit(rows, names)
     return fit(load_calibration(base, rows[0].cluster.chip.id, version), rows, chosen)

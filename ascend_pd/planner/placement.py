@@ -88,6 +88,6 @@ def build_deployment(cost: CostModel, choice: Choice, units: int, req: Requireme
         model=ModelRef(name=model.id, quantization=cost.quantization, kv_cache_dtype=cost.kv_dtype,
                        path=f"{MODEL_ROOT}/{model.id}", served_name=model.id),
         connector=Connector(implementation=req.connector, mode=req.kv_mode, protocol=protocol),
-        workload=workload, slo=slo, instances=instances,
+        workload=workload, slo=slo, instances=instances, vllm_ascend_version=cost.cal.engine_version,
         proxy=Proxy(node=cluster.nodes[0].name, port=PROXY_PORT, policy=PROXY_POLICY,
                     workers=proxy_workers(workload.rate, float(req.lengths.output_tokens.mean()), req.accepted)))

