@@ -77,7 +77,21 @@ def case_logs(name: str) -> Path:
     return path
 
 
+BUSY_AT_START: list[str] = []  # other processes busy when the suite began: what to read a stall against
+
+
+def pytest_sessionstart(session):
+    BUSY_AT_START.extend(stall.busy_elsewhere())
+    for line in BUSY_AT_START:
+        print(f"e2e: another process is busy as the suite starts, {line}", file=sys.stderr)
+
+
 def pytest_terminal_summary(terminalreporter):
+    if BUSY_AT_START:
+        terminalreporter.write_sep("-", "processes busy when the suite started: on two cores one of them starves the "
+                                        "TP2 case (docs/testing.md)")
+        for line in BUSY_AT_START:
+            terminalreporter.write_line(line)
     for outcome in ("passed", "failed"):
         for report in terminalreporter.stats.get(outcome, []):
             for name, value in getattr(report, "user_properties", []):
