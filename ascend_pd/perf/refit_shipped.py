@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -44,7 +45,7 @@ GATE_WORSE = 0.02
 GATE_ERA = 0.25
 
 
-def _groups(result: FitResult, key) -> dict[str, dict[str, dict]]:
+def _groups(result: FitResult, key: Callable[[Row], str]) -> dict[str, dict[str, dict]]:
     """Per group of rows (`key` of a row) and metric: rows and their mean leave-source-out error."""
     groups: dict[str, dict[str, dict]] = {}
     for (row, _, _), held in zip(result.residuals, result.leave_source_out):
