@@ -1,4 +1,5 @@
-"""`ascend-pd preflight`: on a serving node, check devices, links, CANN, driver, Mooncake, ports and environment."""
+"""`ascend-pd preflight`: on a serving node, check devices, links, CANN, driver, vllm-ascend, Mooncake, ports and
+environment."""
 
 from __future__ import annotations
 

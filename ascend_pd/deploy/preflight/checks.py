@@ -9,6 +9,10 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ascend_pd.defaults import VLLM_ASCEND_SUPPORTED
 from ascend_pd.deploy.preflight.result import CheckResult, failed, passed, skipped
 from ascend_pd.deploy.preflight.tools_output import (parse_ip, parse_key_values, parse_link, parse_npu_smi_info,
                                                      parse_ping_received, parse_tls_switch, version_key)
@@ -228,6 +232,31 @@ def mooncake(site: "Site") -> CheckResult:
                       "pip install mooncake-transfer-engine-npu on NPUs (mooncake-transfer-engine-non-cuda on CPU "
                       "hosts); on NPUs also add its directory to LD_LIBRARY_PATH (the launchers do)")
     return passed(name, "import mooncake.engine works")
+
+
+def vllm_ascend(site: "Site", target: "Target") -> CheckResult:
+    """The vllm-ascend this node's Python holds against the release the deployment was planned for: what its
+    unflagged engines do (graph mode, scheduling) and what render's flags were read against follow the release."""
+    name = "vllm-ascend"
+    done = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; print(m.version('vllm-ascend'))"],
+                          capture_output=True, text=True, timeout=site.timeout_s, env=dict(site.env))
+    installed = done.stdout.strip()
+    if done.returncode != 0 or not installed:
+        wanted = target.release or f"a release in {VLLM_ASCEND_SUPPORTED}"
+        return failed(name, f"{sys.executable} holds no vllm-ascend",
+                      f"install vllm-ascend {wanted} with the vLLM it was built for, or run the image "
+                      "docker/Dockerfile builds")
+    if target.release is None:  # no deployment: the releases what render writes was read against
+        if Version(installed) in SpecifierSet(VLLM_ASCEND_SUPPORTED):
+            return passed(name, f"version {installed}")
+        return failed(name, f"version {installed} is outside {VLLM_ASCEND_SUPPORTED}, the releases ascend-pd's "
+                            "launchers and connectors were read against",
+                      f"install a release in {VLLM_ASCEND_SUPPORTED}")
+    if Version(installed) != Version(target.release):
+        return failed(name, f"version {installed} is installed, but the deployment was planned for {target.release} "
+                            "(vllm_ascend_version): its graph mode, scheduling and host costs differ",
+                      f"install vllm-ascend {target.release}, or plan again with --vllm-ascend-version {installed}")
+    return passed(name, f"version {installed}, the deployment's")
 
 
 def ports_free(target: "Target") -> CheckResult:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE
 from ascend_pd.deploy.io import LoadedDeployment
 from ascend_pd.deploy.preflight import checks
 from ascend_pd.deploy.preflight.result import CheckResult
@@ -43,6 +44,7 @@ class Target:
     devices: tuple[int, ...] = ()  # local device ids the deployment uses here
     peers: tuple[Peer, ...] = ()  # one device per (local device, remote node) this node exchanges traffic with
     ports: tuple[tuple[int, str], ...] = ()  # (port, who binds it)
+    release: str | None = None  # the vllm-ascend release the deployment was planned for (vllm_ascend_version)
 
     @property
     def on_cpu(self) -> bool:
@@ -99,13 +101,14 @@ def target_for(loaded: LoadedDeployment, node_name: str | None) -> Target:
     cluster = loaded.cluster()
     hostname, addresses = local_addresses()
     node = find_node(cluster, node_name, hostname, addresses)
+    release = loaded.deployment.vllm_ascend_version or VLLM_ASCEND_RELEASE
     if node is None:
-        return Target(cluster=cluster)
+        return Target(cluster=cluster, release=release)
     devices = sorted({d for i in loaded.deployment.instances for p in i.devices if p.node == node.name
                       for d in p.devices})
     ports = tuple(sorted({(c.port, c.owner) for c in port_claims(Context.build(loaded)) if c.host == node.host_ip}))
     return Target(cluster=cluster, node=node, devices=tuple(devices), peers=_peers(loaded, cluster, node),
-                  ports=ports)
+                  ports=ports, release=release)
 
 
 def run_preflight(site: Site, target: Target) -> list[CheckResult]:
@@ -120,6 +123,7 @@ def run_preflight(site: Site, target: Target) -> list[CheckResult]:
         devices = target.devices or npus.devices
         results += [checks.links(runner, devices), checks.device_ips(runner, target, devices),
                     checks.tls(runner, devices), checks.ping_peers(runner, target),
-                    checks.hccn_conf(site, target, devices), checks.cann_version(site), checks.driver_version(site)]
+                    checks.hccn_conf(site, target, devices), checks.cann_version(site), checks.driver_version(site),
+                    checks.vllm_ascend(site, target)]
     results += [checks.mooncake(site), checks.ports_free(target), checks.environment(site, target)]
     return results

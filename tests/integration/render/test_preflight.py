@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE
 from ascend_pd.deploy import load_deployment
 from ascend_pd.deploy.preflight import Site, run_preflight
 from ascend_pd.deploy.preflight.run import target_for
@@ -36,11 +37,24 @@ def healthy_a2_node(tmp_path):
     (toolkit / "ascend_toolkit_install.info").write_text("package_name=Ascend-cann-toolkit\nversion=8.3.RC1\n")
     hccn = tmp_path / "hccn.conf"
     hccn.write_text("".join(f"address_{d}={ip}\nnetmask_{d}=255.255.255.0\n" for d, ip in enumerate(A2_02_IPS)))
+    site_packages = tmp_path / "site-packages"  # the node's Python holds the release the deployment pins
+    install_distribution(site_packages, "vllm-ascend", VLLM_ASCEND_RELEASE)
     env = {**os.environ, "PATH": f"{FAKES}:{os.environ['PATH']}", "ASCEND_HOME_PATH": str(root),
-           "FAKE_NPU_CHIPS": "8", "FAKE_HCCN_IPS": ",".join(A2_02_IPS)}
+           "FAKE_NPU_CHIPS": "8", "FAKE_HCCN_IPS": ",".join(A2_02_IPS),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(site_packages), os.environ.get("PYTHONPATH")]))}
     env.pop("ASCEND_RT_VISIBLE_DEVICES", None)
     env.pop("HCCL_IF_IP", None)
     return {"ascend_root": root, "hccn_conf": hccn, "env": env}
+
+
+def install_distribution(site_packages: Path, name: str, version: str) -> None:
+    """What pip leaves for importlib.metadata to read: vllm-ascend itself installs only on Ascend hosts."""
+    for old in site_packages.glob(f"{name.replace('-', '_')}-*.dist-info"):
+        (old / "METADATA").unlink()
+        old.rmdir()
+    dist_info = site_packages / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
 def run(site_args, deployment=A2_EXAMPLE, node="a2-02", **env_changes):
@@ -53,7 +67,7 @@ def run(site_args, deployment=A2_EXAMPLE, node="a2-02", **env_changes):
 def test_a_healthy_node_passes_every_device_and_software_check(healthy_a2_node):
     results = run(healthy_a2_node)
     for name in ("npu-smi", "hccn link", "hccn ip", "hccn tls", "hccn ping", "hccn.conf", "CANN", "driver",
-                 "mooncake", "env"):
+                 "vllm-ascend", "mooncake", "env"):
         assert results[name].status == "pass", results[name].line()
     assert "8 devices" in results["npu-smi"].detail
     # decode-0 on a2-02 talks to the four prefill instances on a2-00 and a2-01: 8 devices x 2 nodes
@@ -110,6 +124,25 @@ def test_old_cann_and_missing_files_fail_with_fixes(healthy_a2_node):
     assert results["driver"].status == "fail"
 
 
+def test_a_vllm_ascend_other_than_the_deployments_release_fails_naming_both(healthy_a2_node, tmp_path):
+    install_distribution(tmp_path / "site-packages", "vllm-ascend", "0.23.0")
+    result = run(healthy_a2_node)["vllm-ascend"]
+    assert result.status == "fail"
+    assert "0.23.0 is installed" in result.detail and f"planned for {VLLM_ASCEND_RELEASE}" in result.detail
+    assert result.fix == (f"install vllm-ascend {VLLM_ASCEND_RELEASE}, or plan again with --vllm-ascend-version "
+                          "0.23.0")
+    data = yaml.safe_load(A2_EXAMPLE.read_text())
+    data["vllm_ascend_version"] = "v0.23.0"  # a deployment planned for the release the node has
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(yaml.safe_dump(data))
+    assert run(healthy_a2_node, deployment=deployment)["vllm-ascend"].status == "pass"
+
+
+def test_a_node_without_vllm_ascend_fails(healthy_a2_node, tmp_path):
+    result = run(healthy_a2_node, PYTHONPATH=str(tmp_path / "nothing-installed"))["vllm-ascend"]
+    assert result.status == "fail" and "holds no vllm-ascend" in result.detail and VLLM_ASCEND_RELEASE in result.fix
+
+
 def test_without_the_cann_environment_env_fails(healthy_a2_node):
     healthy_a2_node["env"].pop("ASCEND_HOME_PATH")
     result = run(healthy_a2_node)["env"]
@@ -151,5 +184,5 @@ def test_cli_prints_one_line_per_check_and_exits_1_on_a_failure(healthy_a2_node)
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     checks = [line for line in lines if line.split()[0] in {"PASS", "FAIL", "SKIP"}]
-    assert len(checks) == 11
+    assert len(checks) == 12
     assert "FAIL hccn link: link not UP on devices 0 -- fix:" in done.stdout
