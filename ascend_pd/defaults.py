@@ -16,7 +16,6 @@ PROXY_CORE_UTILISATION = 0.6  # share of a proxy worker's core planned busy, so 
 # --- engine ----------------------------------------------------------------------------------------------------
 # The vllm-ascend release estimates price and render's image runs: the newest one docs/vllm-ascend.md was read against
 VLLM_ASCEND_RELEASE = "0.25.1rc1"  # vllm-ascend release (v0.25.1rc1 of 2026-08-19), inside pyproject's `ascend` pin
-VLLM_ASCEND_SUPPORTED = ">=0.23.0,<0.26"  # vllm-ascend releases render's output was read against; pyproject's `ascend`
 
 # --- serving nodes ---------------------------------------------------------------------------------------------
 MODEL_ROOT = "/models"  # where a plan says each node holds the weights (<root>/<model id>, or plan --model-path); planner choice

@@ -124,8 +124,8 @@ async def closed_loop(client, body: dict, concurrency: int, requests: int) -> Sa
     return sample
 
 
-def start(command: list[str], cpus: set[int] | None, env: dict[str, str] | None = None) -> subprocess.Popen:
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+def start(command: list[str], cpus: set[int] | None) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     if cpus:  # before the child's event loop starts: its later threads inherit the mask
         os.sched_setaffinity(process.pid, cpus)
     return process

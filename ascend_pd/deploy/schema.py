@@ -5,11 +5,12 @@ from __future__ import annotations
 from ipaddress import IPv4Address
 from typing import Any, Literal
 
-from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ascend_pd.defaults import (GPU_MEMORY_UTILIZATION, PREFILL_BATCH_TOKENS, PROXY_POLICY, PROXY_PORT, SLO_ATTAINMENT,
                                 VLLM_ASCEND_RELEASE)
+from ascend_pd.errors import InputError
+from ascend_pd.perf.engine_version import engine_version
 
 Role = Literal["prefill", "decode", "colocated"]
 
@@ -184,10 +185,9 @@ class Deployment(_Strict):
         if text is None:
             return None
         try:
-            return str(Version(text.strip().removeprefix("v")))
-        except InvalidVersion:
-            raise ValueError(f"'{text}' is not a vllm-ascend release; give one such as {VLLM_ASCEND_RELEASE}") \
-                from None
+            return str(engine_version(text, "vllm_ascend_version"))
+        except InputError as exc:  # pydantic reports a ValueError at the key's file and line
+            raise ValueError(f"{exc.message}; {exc.fix}") from None
 
     def by_role(self, role: str) -> list[Instance]:
         return [i for i in self.instances if i.role == role]

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import yaml
 
 from ascend_pd.defaults import MTP_ACCEPTANCE
-from ascend_pd.deploy import load_deployment
+from ascend_pd.deploy import LoadedDeployment, load_deployment
 from ascend_pd.deploy.engine_flags import execution_mode
 from ascend_pd.deploy.schema import Instance
 from ascend_pd.deploy.vllm_flags import draft_config
@@ -102,8 +102,13 @@ def bench_rows(deployment_path: str | Path, results: Sequence[BenchResult], mtp_
     """The TPOT and TTFT rows of `results`, measured on the deployment in `deployment_path` running vllm-ascend
     `version` (default: the release the deployment pins, else the one ascend-pd pins)."""
     loaded = load_deployment(deployment_path)
-    deployment, source = loaded.deployment, str(deployment_path)
-    version = version or deployment.vllm_ascend_version
+    return _rows(loaded, str(deployment_path), results, mtp_acceptance,
+                 version or loaded.deployment.vllm_ascend_version)
+
+
+def _rows(loaded: LoadedDeployment, source: str, results: Sequence[BenchResult], mtp_acceptance: float,
+          version: str | None) -> list[Row]:
+    deployment = loaded.deployment
     # One fit holds one chip's values: on a cluster that mixes chips, the group the deployment runs on.
     cluster = deployment_group(loaded.cluster(), (p.node for i in deployment.instances for p in i.devices), source,
                                "a calibration fit")
@@ -169,8 +174,9 @@ def calibrate(deployment_path: str | Path, result_paths: Sequence[str | Path], b
     if not result_paths:
         raise InputError("no benchmark result given", fix="pass one or more `vllm bench serve --save-result` files")
     results = [read_bench_result(p) for p in result_paths]
-    version = version or load_deployment(deployment_path).deployment.vllm_ascend_version
-    rows = bench_rows(deployment_path, results, mtp_acceptance, version)
+    loaded = load_deployment(deployment_path)
+    version = version or loaded.deployment.vllm_ascend_version
+    rows = _rows(loaded, str(deployment_path), results, mtp_acceptance, version)
     chosen = values_to_fit(rows, names)
     return fit(load_calibration(base, rows[0].cluster.chip.id, version), rows, chosen)
 

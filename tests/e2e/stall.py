@@ -121,11 +121,7 @@ def dump_stacks(pids: list[int], out: Path) -> Path:
     with out.open("w") as file:
         file.write(thread_report(pids))
         for pid in pids:
-            try:
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
-            except OSError:
-                continue
-            file.write(f"==== pid {pid}: {command}\n")
+            file.write(f"==== pid {pid}: {_command(pid)}\n")  # one that ended since: py-spy's line below says so
             if spy is None:
                 file.write("py-spy is not installed (pip install py-spy)\n")
                 continue

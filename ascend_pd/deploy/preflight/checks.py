@@ -9,10 +9,9 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ascend_pd.defaults import VLLM_ASCEND_SUPPORTED
+from ascend_pd.deploy.check.pins import pin_for
 from ascend_pd.deploy.preflight.result import CheckResult, failed, passed, skipped
 from ascend_pd.deploy.preflight.tools_output import (parse_ip, parse_key_values, parse_link, parse_npu_smi_info,
                                                      parse_ping_received, parse_tls_switch, version_key)
@@ -222,10 +221,16 @@ def driver_version(site: "Site") -> CheckResult:
     return passed(name, f"version {version}")
 
 
+def _site_python(site: "Site", code: str) -> subprocess.CompletedProcess:
+    """`code` run by the Python ascend-pd runs under, in the site's environment (its PATH, LD_LIBRARY_PATH and
+    PYTHONPATH decide what imports)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=site.timeout_s,
+                          env=dict(site.env))
+
+
 def mooncake(site: "Site") -> CheckResult:
     name = "mooncake"
-    done = subprocess.run([sys.executable, "-c", "import mooncake.engine"], capture_output=True, text=True,
-                          timeout=site.timeout_s, env=dict(site.env))
+    done = _site_python(site, "import mooncake.engine")
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return failed(name, f"`import mooncake.engine` fails: {last}",
@@ -238,20 +243,20 @@ def vllm_ascend(site: "Site", target: "Target") -> CheckResult:
     """The vllm-ascend this node's Python holds against the release the deployment was planned for: what its
     unflagged engines do (graph mode, scheduling) and what render's flags were read against follow the release."""
     name = "vllm-ascend"
-    done = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; print(m.version('vllm-ascend'))"],
-                          capture_output=True, text=True, timeout=site.timeout_s, env=dict(site.env))
+    done = _site_python(site, "import importlib.metadata as m; print(m.version('vllm-ascend'))")
     installed = done.stdout.strip()
+    pin = pin_for("a2")  # A2 and A3 engines share the `ascend` extra's pin
     if done.returncode != 0 or not installed:
-        wanted = target.release or f"a release in {VLLM_ASCEND_SUPPORTED}"
+        wanted = target.release or (f"a release in {pin.specifier}" if pin else "a release ascend-pd supports")
         return failed(name, f"{sys.executable} holds no vllm-ascend",
                       f"install vllm-ascend {wanted} with the vLLM it was built for, or run the image "
                       "docker/Dockerfile builds")
     if target.release is None:  # no deployment: the releases what render writes was read against
-        if Version(installed) in SpecifierSet(VLLM_ASCEND_SUPPORTED):
+        if pin is None or pin.admits(installed):
             return passed(name, f"version {installed}")
-        return failed(name, f"version {installed} is outside {VLLM_ASCEND_SUPPORTED}, the releases ascend-pd's "
+        return failed(name, f"version {installed} is outside {pin.describe()}, the releases ascend-pd's "
                             "launchers and connectors were read against",
-                      f"install a release in {VLLM_ASCEND_SUPPORTED}")
+                      f"install a release in {pin.specifier}")
     if Version(installed) != Version(target.release):
         return failed(name, f"version {installed} is installed, but the deployment was planned for {target.release} "
                             "(vllm_ascend_version): its graph mode, scheduling and host costs differ",

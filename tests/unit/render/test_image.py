@@ -12,11 +12,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from packaging.specifiers import SpecifierSet
-
 from ascend_pd import __version__
 from ascend_pd.cli.main import cli
-from ascend_pd.defaults import VLLM_ASCEND_SUPPORTED
 from ascend_pd.render import RenderOptions, image, render_bundle
 
 from .conftest import bundle_of, example_data, loaded_from
@@ -86,10 +83,6 @@ def test_render_runs_the_image_of_the_release_the_deployment_pins():
 
 def k8s_files(data: dict) -> dict[str, str]:
     return render_bundle(loaded_from(data), RenderOptions(target="k8s")).files
-
-
-def test_the_supported_releases_are_the_ascend_extras_pin():
-    assert str(ascend_extra_pin("vllm-ascend").specifier) == str(SpecifierSet(VLLM_ASCEND_SUPPORTED))
 
 
 def test_docker_readme_builds_the_tag_render_expects():
