@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from ascend_pd.deploy.check.pins import pin_for
 from ascend_pd.deploy.preflight.result import CheckResult, failed, passed, skipped
@@ -246,11 +246,16 @@ def vllm_ascend(site: "Site", target: "Target") -> CheckResult:
     done = _site_python(site, "import importlib.metadata as m; print(m.version('vllm-ascend'))")
     installed = done.stdout.strip()
     pin = pin_for("a2")  # A2 and A3 engines share the `ascend` extra's pin
+    wanted = target.release or (f"a release in {pin.specifier}" if pin else "a release ascend-pd supports")
     if done.returncode != 0 or not installed:
-        wanted = target.release or (f"a release in {pin.specifier}" if pin else "a release ascend-pd supports")
         return failed(name, f"{sys.executable} holds no vllm-ascend",
                       f"install vllm-ascend {wanted} with the vLLM it was built for, or run the image "
                       "docker/Dockerfile builds")
+    try:
+        Version(installed)
+    except InvalidVersion:  # a build from a source tree can carry any string; compare nothing on it
+        return failed(name, f"{sys.executable} holds vllm-ascend '{installed}', which is not a release version",
+                      f"install vllm-ascend {wanted}")
     if target.release is None:  # no deployment: the releases what render writes was read against
         if pin is None or pin.admits(installed):
             return passed(name, f"version {installed}")

@@ -138,6 +138,12 @@ def test_a_vllm_ascend_other_than_the_deployments_release_fails_naming_both(heal
     assert run(healthy_a2_node, deployment=deployment)["vllm-ascend"].status == "pass"
 
 
+def test_a_vllm_ascend_built_from_a_source_tree_fails_instead_of_crashing(healthy_a2_node, tmp_path):
+    install_distribution(tmp_path / "site-packages", "vllm-ascend", "main")  # not a PEP 440 version
+    result = run(healthy_a2_node)["vllm-ascend"]
+    assert result.status == "fail" and "'main'" in result.detail and VLLM_ASCEND_RELEASE in result.fix
+
+
 def test_a_node_without_vllm_ascend_fails(healthy_a2_node, tmp_path):
     result = run(healthy_a2_node, PYTHONPATH=str(tmp_path / "nothing-installed"))["vllm-ascend"]
     assert result.status == "fail" and "holds no vllm-ascend" in result.detail and VLLM_ASCEND_RELEASE in result.fix
