@@ -252,7 +252,7 @@ def vllm_ascend(site: "Site", target: "Target") -> CheckResult:
                       f"install vllm-ascend {wanted} with the vLLM it was built for, or run the image "
                       "docker/Dockerfile builds")
     try:
-        Version(installed)
+        version = Version(installed)
     except InvalidVersion:  # a build from a source tree can carry any string; compare nothing on it
         return failed(name, f"{sys.executable} holds vllm-ascend '{installed}', which is not a release version",
                       f"install vllm-ascend {wanted}")
@@ -262,7 +262,7 @@ def vllm_ascend(site: "Site", target: "Target") -> CheckResult:
         return failed(name, f"version {installed} is outside {pin.describe()}, the releases ascend-pd's "
                             "launchers and connectors were read against",
                       f"install a release in {pin.specifier}")
-    if Version(installed) != Version(target.release):
+    if version != Version(target.release):
         return failed(name, f"version {installed} is installed, but the deployment was planned for {target.release} "
                             "(vllm_ascend_version): its graph mode, scheduling and host costs differ",
                       f"install vllm-ascend {target.release}, or plan again with --vllm-ascend-version {installed}")
