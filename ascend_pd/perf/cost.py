@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from ascend_pd.defaults import GPU_MEMORY_UTILIZATION
 from ascend_pd.hardware import Chip, Cluster, LinkTier
 from ascend_pd.models import ModelSpec, get_quantization
-from ascend_pd.models.quant import role_kv_dtype
+from ascend_pd.models.quant import Quantization, role_kv_dtype
 from ascend_pd.perf.calibration import Calibration, calibration_for
 from ascend_pd.perf.comm import all_reduce_time, all_to_all_time, transfer_time
 from ascend_pd.perf.exec_mode import ExecMode, GraphMode
@@ -53,53 +53,65 @@ class CostModel:
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
 
-    @cached_property
-    def cal(self) -> Calibration:
-        return self.calibration or calibration_for(self.chip.id)
+    # Worked out once from the model, quantization and chip, which no calibration changes (see `calibrated`).
+    _q: Quantization = field(init=False, repr=False, compare=False)
+    _expert_flops_per_token: float = field(init=False, repr=False, compare=False)
+    _other_flops_per_token: float = field(init=False, repr=False, compare=False)
+    _linear_peak_flops: float = field(init=False, repr=False, compare=False)
+    # (prefill, decode) attention FLOPs per token per context token per layer: causal MHA-form prefill
+    # n_h (d_qk + d_v); decode 2 n_h (d_k + d_v) (MLA absorbed: 2 n_h (2c + r))
+    _attn_dims: tuple[float, float] = field(init=False, repr=False, compare=False)
+    # bytes of weights: those every device of a TP group reads (all but routed experts and the embedding lookup),
+    # and the routed experts of all layers
+    _held_weight_bytes: float = field(init=False, repr=False, compare=False)
+    _routed_weight_bytes: float = field(init=False, repr=False, compare=False)
+    _link_cache: dict[Shape, Links] = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def _q(self):
-        return get_quantization(self.quantization)
-
-    # --- model quantities ------------------------------------------------------------------------------------
-    @cached_property
-    def _expert_flops_per_token(self) -> float:
-        m = self.model
-        return 2.0 * m.moe.experts_per_token * m.expert_params() * m.moe_layers if m.moe else 0.0
-
-    @cached_property
-    def _other_flops_per_token(self) -> float:
-        return self.model.matmul_flops_per_token() - self._expert_flops_per_token
-
-    @cached_property
-    def _attn_dims(self) -> tuple[float, float]:
-        """(prefill FLOPs per token per context token per layer, decode FLOPs per token per context token per
-        layer): causal MHA-form prefill n_h (d_qk + d_v); decode 2 n_h (d_k + d_v) (MLA absorbed: 2 n_h (2c + r))."""
-        m = self.model
+    def __post_init__(self) -> None:
+        m, q = self.model, get_quantization(self.quantization)
+        expert_flops = 2.0 * m.moe.experts_per_token * m.expert_params() * m.moe_layers if m.moe else 0.0
         if m.mla:
             prefill = m.num_attention_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim)
             decode = 2 * m.num_attention_heads * (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
         else:
             prefill = m.num_attention_heads * 2 * m.head_dim
             decode = 2 * m.num_attention_heads * 2 * m.head_dim
-        return float(prefill), float(decode)
+        routed = shared = 0.0
+        if m.moe:
+            per_expert = m.expert_params() * m.moe_layers * q.expert_weight_bytes
+            routed = m.moe.num_experts * per_expert
+            shared = m.moe.num_shared_experts * per_expert
+        lookup = m.vocab_size * m.hidden_size * q.embedding_bytes * (0 if m.tie_word_embeddings else 1)
+        rest = m.weight_bytes(self.quantization) - routed - shared - lookup
+        for name, value in (("_q", q), ("_expert_flops_per_token", expert_flops),
+                            ("_other_flops_per_token", m.matmul_flops_per_token() - expert_flops),
+                            ("_linear_peak_flops", self.chip.peak_flops(q.compute_precision)),
+                            ("_attn_dims", (float(prefill), float(decode))),
+                            ("_held_weight_bytes", rest + shared),
+                            ("_routed_weight_bytes", routed), ("_link_cache", {})):
+            object.__setattr__(self, name, value)
+
+    @cached_property
+    def cal(self) -> Calibration:
+        return self.calibration or calibration_for(self.chip.id)
+
+    def calibrated(self, calibration: Calibration) -> CostModel:
+        """This cost model under `calibration`, keeping what it worked out of the model and chip: a fit predicts
+        each of its rows under thousands of calibrations."""
+        twin = object.__new__(CostModel)
+        twin.__dict__.update(self.__dict__, calibration=calibration)
+        twin.__dict__.pop("cal", None)
+        return twin
 
     def _weights_read(self, shape: Shape, group_tokens: float) -> float:
         """Bytes of weights one device reads in one forward pass: everything it holds but the embedding table
         (a lookup), with routed experts counted only if some token of the group is routed to them."""
-        m, q = self.model, self._q
-        routed_total = shared = 0.0
-        if m.moe:
-            per_expert = m.expert_params() * m.moe_layers * q.expert_weight_bytes
-            routed_total = m.moe.num_experts * per_expert
-            shared = m.moe.num_shared_experts * per_expert
-        lookup = m.vocab_size * m.hidden_size * q.embedding_bytes
-        rest = m.weight_bytes(self.quantization) - routed_total - shared - lookup * (0 if m.tie_word_embeddings else 1)
-        routed = routed_total / (shape.ep if shape.ep > 1 else shape.tp)
+        m = self.model
+        routed = self._routed_weight_bytes / (shape.ep if shape.ep > 1 else shape.tp)
         if m.moe:
             untouched = (1 - m.moe.experts_per_token / m.moe.num_experts) ** group_tokens
             routed *= 1 - untouched
-        return (rest + shared) / shape.tp + routed
+        return self._held_weight_bytes / shape.tp + routed
 
     def _imbalance(self, shape: Shape, group_tokens: float) -> float:
         """Busiest EP rank's expert work over the mean, for tokens routed at random: loads are near-Poisson with
@@ -114,7 +126,7 @@ class CostModel:
         group_tokens = rank_tokens * (shape.dp if shape.ep > 1 else 1)
         experts = self._expert_flops_per_token * self._imbalance(shape, group_tokens) * expert_slowdown
         linear = rank_tokens / shape.tp * (self._other_flops_per_token + experts)
-        return (linear / self.chip.peak_flops(self._q.compute_precision)
+        return (linear / self._linear_peak_flops
                 + attention_flops / shape.tp / self.chip.bf16_flops) / eff
 
     def _collectives(self, shape: Shape, rank_tokens: float, links: Links) -> dict[str, float]:
@@ -132,10 +144,6 @@ class CostModel:
             parts["ep_dispatch"] = m.moe_layers * (dispatch + launch)
             parts["ep_combine"] = m.moe_layers * (combine + launch)
         return parts
-
-    @cached_property
-    def _link_cache(self) -> dict[Shape, Links]:
-        return {}
 
     def _links(self, shape: Shape) -> Links:
         if shape not in self._link_cache:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -82,9 +83,12 @@ class Row:
     version: str = ""  # the vllm-ascend release measured, as the source states it
     era: str = ""  # the profile's era of host costs that release falls in ("" without eras)
 
+    @cached_property
+    def _cost(self) -> CostModel:
+        return CostModel(self.model, self.cluster.chip, self.cluster, self.quantization, self.kv_dtype, mode=self.mode)
+
     def predict(self, calibration: Calibration) -> float:
-        cost = CostModel(self.model, self.cluster.chip, self.cluster, self.quantization, self.kv_dtype, calibration,
-                         mode=self.mode)
+        cost = self._cost.calibrated(calibration)
         if self.metric == "tpot":
             return cost.tpot(self.shape, self.batch_per_rank, self.context, self.mtp, self.mtp_acceptance)
         if self.step_tokens:
