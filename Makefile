@@ -10,9 +10,10 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # How the suite runs: durations of the slowest tests printed at the end of each part. Unit and integration tests run
 # in two processes (pytest-xdist; integration tests mostly wait on sockets and peers, and every port a test binds
-# comes from tests/ports.py, which gives each process its own); the e2e engines share the two cores, so one at a time.
+# comes from tests/ports.py, which gives each process its own); tests marked with one `xdist_group` share a process
+# and what it has computed once. The e2e engines share the two cores, so one at a time.
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
-PARALLEL ?= -n 2
+PARALLEL ?= -n 2 --dist loadgroup
 
 .PHONY: plan test fast e2e unit bytecode install-base install-test kernels-cpu system-deps pictures clean
 

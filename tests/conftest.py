@@ -46,6 +46,25 @@ def machine(request, tmp_path_factory):
         yield
 
 
+_UNGROUPED = pytest.StashKey[set]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup` pytest-xdist sends a group's tests to one worker by the group name it appends to their
+    node ids; where the installed pytest ignores that, the groups would split without a word (see `grouped`)."""
+    if getattr(config.option, "loadgroup", False):
+        config.stash[_UNGROUPED] = {item.nodeid for item in items
+                                    if item.get_closest_marker("xdist_group") and "@" not in item.nodeid}
+
+
+@pytest.fixture(autouse=True)
+def grouped(request):
+    if request.node.nodeid in request.config.stash.get(_UNGROUPED, set()):
+        pytest.fail("pytest-xdist could not keep this test's xdist_group on one worker under this pytest: install "
+                    "the versions pyproject.toml's test extra allows", pytrace=False)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

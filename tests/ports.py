@@ -6,6 +6,7 @@ record of what it handed out, so each takes ports only from its own slice of the
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 
 LOWEST = 20000  # above Mooncake's RPC ports (15000-17000) and the well-known services
 _handed_out: set[int] = set()
+_cursor: int | None = None  # where the next search starts
 
 
 def _ephemeral_start() -> int:
@@ -43,22 +45,24 @@ def _bindable(port: int) -> bool:
 
 
 def free_port_range(count: int = 1) -> int:
-    """The first of `count` consecutive ports that nothing holds now and no earlier call of this run returned."""
+    """The first of `count` consecutive ports that nothing holds now and no earlier call of this run returned. Ranges
+    are handed out one after the next from a random point of the slice (so runs that overlap on one host start
+    apart), wrapping at its end: placed at random, a run's few dozen ranges of a few hundred ports left no gap wide
+    enough for the next one in a slice of some 12,000."""
+    global _cursor
     lowest, end = _worker_slice(LOWEST, _ephemeral_start())
     top = end - count  # the highest first port whose range ends inside the slice
     if top <= lowest:  # no room below the ephemeral range: take the kernel's pick and accept the race
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             return probe.getsockname()[1]
-    bases = list(range(lowest, top + 1))
-    random.shuffle(bases)  # runs that overlap on one host start apart
-    for base in bases:
+    if _cursor is None:
+        _cursor = random.randint(lowest, top)
+    start = min(max(_cursor, lowest), top)
+    for base in itertools.chain(range(start, top + 1), range(lowest, start)):
         ports = range(base, base + count)
         if not _handed_out.intersection(ports) and all(_bindable(port) for port in ports):
             _handed_out.update(ports)
+            _cursor = base + count
             return base
     raise RuntimeError(f"no {count} free consecutive ports between {lowest} and {end}")
-
-
-def free_port() -> int:
-    return free_port_range(1)

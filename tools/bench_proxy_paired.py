@@ -17,7 +17,6 @@ The proxies run one worker each, with the defaults of their own tree; CPU is cou
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import subprocess

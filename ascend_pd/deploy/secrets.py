@@ -58,8 +58,8 @@ def read_secret(path: str | Path, *, field: str, fix: str) -> str:
                          field=field, fix=f"chmod 600 {path}")
     if len(text) < MIN_SECRET_CHARS:
         raise InputError(f"the secret is {len(text)} characters; at least {MIN_SECRET_CHARS} are needed",
-                         file=str(path), field=field, fix=f"write a longer one, e.g. "
-                                                          f"python -c 'import secrets; print(secrets.token_hex(32))'")
+                         file=str(path), field=field, fix="write a longer one, e.g. "
+                                                          "python -c 'import secrets; print(secrets.token_hex(32))'")
     return text
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import urlsplit
 
 import msgspec
 

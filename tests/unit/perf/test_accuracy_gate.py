@@ -12,6 +12,9 @@ from ascend_pd.perf.fitting import errors
 from ascend_pd.perf.published import VALIDATION_FILE, profile_rows, refit
 from ascend_pd.perf.refit_shipped import GATE_ERA, GATE_WORSE, gate_failures, summary
 
+# The refit with every source left out (a minute of one core) is computed once per process: the tests that
+# read it run in one pytest-xdist worker (make: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("refit")
 PROFILE = "vllm-ascend"
 
 

@@ -50,6 +50,7 @@ def test_mla_kv_bytes_per_token_is_latent_plus_rope_over_61_layers_in_bf16():
     assert out["kv_bytes_per_token"] == (512 + 64) * 61 * 2
 
 
+@pytest.mark.xdist_group("refit")  # with the other tests that read the refit (test_accuracy_gate.py)
 @pytest.mark.parametrize("profile", ["cloudmatrix-infer", "vllm-ascend"])
 def test_fit_guard_refit_reproduces_the_stored_values(profile):
     import yaml

@@ -7,6 +7,10 @@ import pytest
 from ascend_pd.perf.refit_shipped import summary
 from ascend_pd.perf.published import holdout_errors, mean_abs, profile_rows, refit
 
+# The refit with every source left out (a minute of one core) is computed once per process: the tests that
+# read it run in one pytest-xdist worker (make: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("refit")
+
 
 def test_cloudmatrix_decode_tpot_from_batch_8_to_128_per_package_is_within_15_percent_on_average():
     held = holdout_errors("cloudmatrix-infer")

@@ -1,11 +1,16 @@
 """docs/planner.md's validation tables and validation.yaml (which the plan report quotes) are what the data and the
 model give now: both are regenerated from measurements.yaml and compared."""
 
+import pytest
 import yaml
 
 from ascend_pd.perf import refit_shipped
 from ascend_pd.perf.calibration import shipped_profiles
 from ascend_pd.perf.published import VALIDATION_FILE
+
+# The refit with every source left out (a minute of one core) is computed once per process: the tests that
+# read it run in one pytest-xdist worker (make: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("refit")
 
 
 def test_the_docs_tables_print_from_the_data():
