@@ -66,3 +66,7 @@ def free_port_range(count: int = 1) -> int:
             _cursor = base + count
             return base
     raise RuntimeError(f"no {count} free consecutive ports between {lowest} and {end}")
+
+
+def free_port() -> int:
+    return free_port_range(1)
