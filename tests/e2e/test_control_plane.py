@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +27,6 @@ from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.deploy import load_deployment, revision_of
 from ascend_pd.planner.ports import HTTP_PORTS
 from ascend_pd.planner.resize import Step, counts_of, resize
-from ascend_pd.proxy.backend_table import with_entry
 from ascend_pd.proxy.endpoints import endpoints_from_deployment
 from ascend_pd.render import RenderOptions, render_bundle, write_bundle
 
@@ -52,22 +52,29 @@ def children(pid: int) -> list[int]:
             for child in (task / "children").read_text().split()]
 
 
+def engine_core_pid(log: Path) -> int:
+    """The pid of the engine's EngineCore process, as vLLM's log lines name it."""
+    return int(re.search(r"\(EngineCore pid=(\d+)\)", log.read_text()).group(1))
+
+
 def success_count(engine_url: str) -> float:
     return metric(http_text(f"{engine_url}/metrics"), "vllm:request_success_total")
 
 
 class KillingPlane(ControlPlane):
     """The control plane as the rollout uses it, except for two moments. The flipped prefill instance is drained
-    while a request is in flight on it (it waits, bounded, for one to arrive there; should the drain show none in
-    flight after all, the backend goes back as it was and it tries again), so the rollout has requests and their KV
-    to wait for. Just before it leaves the table (drained on every worker, idle, still running), one worker of
-    replica B is killed. Clients of B pause meanwhile: a killed worker's own connections die with it, which no table
-    can help. Once the supervisor has started it again, B's clients resume and the drained engine must get no
-    request: a worker that came back with the start-up backends would send it some."""
+    while a request is in flight on it, so the rollout has requests and their KV to wait for: its EngineCore process
+    is stopped (SIGSTOP) until a request has reached it and the drain has landed, since a tiny model's prefill ends
+    too soon for a drain to catch one otherwise. Just before it leaves the table (drained on every worker, idle,
+    still running), one worker of replica B is killed. Clients of B pause meanwhile: a killed worker's own
+    connections die with it, which no table can help. Once the supervisor has started it again, B's clients resume
+    and the drained engine must get no request: a worker that came back with the start-up backends would send it
+    some."""
 
-    def __init__(self, replicas: list[str], store: TableStore, load: Load, supervisor: int, drained_url: str):
+    def __init__(self, replicas: list[str], store: TableStore, load: Load, supervisor: int, drained_url: str,
+                 drained_core: int):
         super().__init__(replicas, TOKEN, store)
-        self.load, self.supervisor, self.drained_url = load, supervisor, drained_url
+        self.load, self.supervisor, self.drained_url, self.drained_core = load, supervisor, drained_url, drained_core
         self.killed: int | None = None
         self.served_during_restart = 0
         self.drained_answers: tuple[float, float] | None = None
@@ -76,16 +83,16 @@ class KillingPlane(ControlPlane):
     def drain(self, url: str) -> None:
         if url != self.drained_url:
             return super().drain(url)
-        for _ in range(10):
+        os.kill(self.drained_core, signal.SIGSTOP)
+        try:
             deadline = time.monotonic() + 30
-            while not self.backends()[url]["proxy_inflight"] and time.monotonic() < deadline:
+            while not self.backends()[url]["proxy_inflight"]:
+                assert time.monotonic() < deadline, "no request reached the prefill to drain in 30 s"
                 time.sleep(0.01)
-            serving = self.table().entry(url)
             super().drain(url)
             self.busy_at_drain = self.backends()[url]["proxy_inflight"]
-            if self.busy_at_drain:
-                return
-            self.change(lambda table: with_entry(table, serving))
+        finally:
+            os.kill(self.drained_core, signal.SIGCONT)
 
     def remove(self, url: str) -> None:
         if url == self.drained_url and self.killed is None:
@@ -185,7 +192,8 @@ def test_a_flip_and_a_retirement_under_load_through_two_replicas_lose_nothing(ru
     decode0_pid = read_pid(bundle, "decode-0-dp0")
 
     load = Load(*replicas).start()
-    plane = KillingPlane(replicas, TableStore(bundle / "backends.json"), load, running.proxies[1].pid, prefill1)
+    plane = KillingPlane(replicas, TableStore(bundle / "backends.json"), load, running.proxies[1].pid, prefill1,
+                         engine_core_pid(running.logs / "prefill-1-dp0.log"))
     launcher = Launcher(bundle, "bash", running.node_command, timeout=120)
     with open(running.logs / "rollout.jsonl", "w") as log_file:
         log = RolloutLog(log_file)
