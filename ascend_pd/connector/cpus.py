@@ -124,8 +124,9 @@ def shared_cores_warning() -> str | None:
     return (f"vLLM bound this engine's OpenMP threads to every CPU it may use ({len(usable)}: {team[0]}), "
             "so the KV connector's threads and any other engine on this host compete with them and a transfer can "
             "take seconds; the worker's main thread now runs on every CPU, not only the first, which every engine "
-            "bound this way takes; give each engine cores of its own with VLLM_CPU_OMP_THREADS_BIND (render writes "
-            "it for local-cpu) and leave a core free for the connector, or set VLLM_CPU_NUM_OF_RESERVED_CPU")
+            "bound this way takes; give each engine cores of its own with VLLM_CPU_OMP_THREADS_BIND and leave a "
+            "core free for the connector, or set VLLM_CPU_NUM_OF_RESERVED_CPU (render binds local-cpu engines of TP2 "
+            "and up, and runs a TP1 engine's worker in its EngineCore process on one thread)")
 
 
 def release_crowded_main_thread() -> str | None:

@@ -66,10 +66,20 @@ def node_environment(platform: Platform, connector: Connector, network: NodeNetw
     return env
 
 
-def process_environment(platform: Platform, role: str, devices: tuple[int, ...]) -> dict[str, str | CpuCores]:
-    """Variables that differ between the processes of one node: the devices they see and role-sized buffers."""
+def process_environment(platform: Platform, role: str, devices: tuple[int, ...],
+                        world_size: int) -> dict[str, str | CpuCores]:
+    """Variables that differ between the processes of one node: the devices they see and role-sized buffers.
+    `world_size`: the engine's workers across DP as vLLM counts them (TP x PP x DP)."""
     listed = ",".join(str(d) for d in devices)
     if platform == "cpu":
-        # One core per TP rank.
-        return {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KVCACHE_GIB), "VLLM_CPU_OMP_THREADS_BIND": CpuCores(devices)}
+        env: dict[str, str | CpuCores] = {"VLLM_CPU_KVCACHE_SPACE": str(CPU_KVCACHE_GIB)}
+        if world_size == 1:
+            # The worker runs inside the EngineCore process, as vLLM's `uni` executor runs such an engine on an
+            # NPU; vllm-cpu gives it a process of its own unless told this, and binds cores only for workers
+            # it starts that way, so the one core per rank is a thread count here (docs/vllm-ascend.md).
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            env["OMP_NUM_THREADS"] = "1"
+        else:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = CpuCores(devices)  # one core per TP rank
+        return env
     return {"ASCEND_RT_VISIBLE_DEVICES": listed, "HCCL_BUFFSIZE": str(HCCL_BUFFSIZE_MB[role])}

@@ -245,7 +245,8 @@ def _instance_processes(loaded: LoadedDeployment, facts: _Facts, ranks: list[Eng
             if node_rank > 0:
                 words.insert(words.index("--nnodes"), "--headless")
             devices = tuple(placement.devices)
-            env = process_environment(platform, instance.role, devices)
+            env = process_environment(platform, instance.role, devices,
+                                      instance.parallel.tp * instance.parallel.pp * instance.parallel.dp)
             processes.append(Process(
                 instance=instance.name, role=instance.role, dp_rank=rank.dp_rank, node=placement.node,
                 devices=devices, http_port=rank.http_port if node_rank == 0 else None,

@@ -118,9 +118,10 @@ def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process])
     lines = [f"# Node {node.name}: host {node.network.host_ip}, interface {node.network.interface}."]
     lines += [f"export {key}={quote(value)}" for key, value in node.env]
     if plan.platform == "cpu":
-        used = 1 + max(d for p in processes for d in p.devices)
-        lines += ["", f"NODE_CPU_DEVICES={used}  # cores the processes below need, one per device id",
-                  *CPU_CORES.splitlines()]
+        if any(isinstance(value, CpuCores) for process in processes for _, value in process.env):
+            used = 1 + max(d for p in processes for d in p.devices)
+            lines += ["", f"NODE_CPU_DEVICES={used}  # cores the processes below need, one per device id",
+                      *CPU_CORES.splitlines()]
     else:
         lines += MOONCAKE_LIBRARY_PATH.splitlines()
     for process in processes:

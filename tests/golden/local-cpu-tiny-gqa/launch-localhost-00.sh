@@ -44,20 +44,8 @@ export ASCEND_PD_KV_SECRET_FILE="$HERE/secrets/kv.key"
 export VLLM_HOST_IP=127.0.0.1
 export GLOO_SOCKET_IFNAME=lo
 
-NODE_CPU_DEVICES=2  # cores the processes below need, one per device id
-# cpu_cores DEVICE...: the cores of these CPU devices (device ids are core ids), or "nobind" on a host with fewer
-# cores than the processes of this node use.
-cpu_cores() {
-  if (( NODE_CPU_DEVICES > $(nproc) )); then
-    echo nobind
-    return
-  fi
-  local IFS="|"
-  echo "$*"
-}
-
 # prefill-0 DP rank 0 (prefill): devices 0, http 8100, kv ports 26000, engine prefill-0
-start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 0)" \
+start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=1 \
     python3 -m vllm.entrypoints.openai.api_server \
     --model models/tiny-llama-gqa \
     --host 127.0.0.1 \
@@ -74,7 +62,7 @@ start prefill-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cp
     --kv-transfer-config '{"kv_connector":"AscendPDConnector","kv_connector_module_path":"ascend_pd.connector","kv_role":"kv_producer","kv_port":26000,"engine_id":"prefill-0","kv_load_failure_policy":"recompute","kv_connector_extra_config":{"mode":"pull","protocol":"tcp","ascend_pd_shapes":{"prefill":{"tp_size":1,"dp_size":1},"decode":{"tp_size":1,"dp_size":1}},"abort_timeout_s":480}}'
 
 # decode-0 DP rank 0 (decode): devices 1, http 8200, kv ports 26100, engine decode-0
-start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$(cpu_cores 1)" \
+start decode-0-dp0 env VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=1 \
     python3 -m vllm.entrypoints.openai.api_server \
     --model models/tiny-llama-gqa \
     --host 127.0.0.1 \

@@ -148,8 +148,9 @@ def test_cpu_cluster_starts_the_api_server_module_with_cpu_env_and_no_ascend_env
         prefill = by_port[8100]
         assert prefill["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
         assert flag(prefill["argv"], "--model") == "models/tiny-llama-gqa"
-        assert prefill["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
-        assert by_port[8200]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+        for engine in by_port.values():  # TP1: the worker inside the EngineCore process, as on an NPU
+            assert (engine["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"], engine["env"]["OMP_NUM_THREADS"]) == ("0", "1")
+            assert "VLLM_CPU_OMP_THREADS_BIND" not in engine["env"]  # binds only workers of their own
         assert prefill["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
         introduced = set(prefill["env"]) - set(os.environ)
         assert not {k for k in introduced if k.startswith(("ASCEND_", "HCCL_"))}

@@ -114,6 +114,10 @@ def test_cpu_engines_use_the_module_entry_point_one_core_per_rank_and_no_ascend_
     assert decode.argv[:5] == ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model",
                                "models/tiny-llama-gqa")
     assert {k: str(v) for k, v in decode.env} == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "2|3"}
+    # a one-worker engine runs its worker in the EngineCore process, where vLLM binds no cores
+    assert {k: str(v) for k, v in by_name(plan)["prefill-0-dp0"].env} == {"VLLM_CPU_KVCACHE_SPACE": "1",
+                                                                          "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                                                                          "OMP_NUM_THREADS": "1"}
     node_env = dict(plan.node("localhost-00").env)
     assert node_env == {"VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
     assert "--additional-config" not in decode.argv and "--quantization" not in decode.argv
