@@ -69,7 +69,15 @@ def local_deployment(models: Path, model: str, *, mode: str = "pull", prefill_tp
     return data
 
 
+_CASES_STARTED: set[str] = set()
+
+
 def case_logs(name: str) -> Path:
+    """A case's log directory, emptied. Each case starts once per run: a second start is pytest setting a stack up
+    again after a test of another stack ran between its tests (see test_pd_on_cpu.CASES), a minute of start-up
+    lost, and the logs of the first start with it."""
+    assert name not in _CASES_STARTED, f"case {name} started twice in this run: its tests were not kept together"
+    _CASES_STARTED.add(name)
     path = LOGS / name
     path.mkdir(parents=True, exist_ok=True)
     for old in path.glob("*.log"):

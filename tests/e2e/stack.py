@@ -132,13 +132,18 @@ def metric(text: str, name: str) -> float:
     return total
 
 
-def assert_prompt_kv_came_from_prefill(decode_url: str) -> None:
-    """Every prompt's KV came from P, except the tokens D found in its own prefix cache and the last token that
-    vLLM always recomputes to get logits (so at least 80% of the rest)."""
+def prompt_counts(decode_url: str) -> tuple[float, float, float]:
+    """D's prompt tokens so far: in all, found outside (loaded from P) and found in its own prefix cache."""
     text = http_text(f"{decode_url}/metrics")
-    prompt_tokens = metric(text, "vllm:prompt_tokens_total")
-    external = metric(text, "vllm:external_prefix_cache_hits_total")
-    local = metric(text, "vllm:prefix_cache_hits_total")
+    return tuple(metric(text, f"vllm:{name}") for name in ("prompt_tokens_total", "external_prefix_cache_hits_total",
+                                                          "prefix_cache_hits_total"))
+
+
+def assert_prompt_kv_came_from_prefill(decode_url: str, since: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> None:
+    """Every prompt's KV came from P, except the tokens D found in its own prefix cache and the last token that
+    vLLM always recomputes to get logits (so at least 80% of the rest); counted from `since` (prompt_counts), so
+    that prompts D was sent alone do not count."""
+    prompt_tokens, external, local = (now - then for now, then in zip(prompt_counts(decode_url), since))
     assert prompt_tokens > 0
     assert external >= 0.8 * (prompt_tokens - local), (external, local, prompt_tokens)
 

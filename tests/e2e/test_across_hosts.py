@@ -2,8 +2,8 @@
 bridge, in a subnet the cluster file knows nothing of. The user's path: the deployment is rendered with
 `--node-ip NODE=IP` for every node, each node runs its own launch script, and the proxy started by launch-proxy.sh
 must reach the engines, and in push mode tell D where P is, at those addresses, not at the cluster file's
-`host_ip_start` numbering. Answers through the proxy equal a colocated engine's token for token, and D's prompt KV
-came from P over the veth links."""
+`host_ip_start` numbering. Answers through the proxy equal D's own answers (each prompt computed there alone, as a
+colocated engine does) token for token, and D's prompt KV came from P over the veth links."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from tests.ports import free_port_range
 
 from .conftest import BASE, case_logs
 from .netns import BridgedHosts
-from .stack import (Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric,
+from .stack import (Stack, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, prompt_counts,
                     render_as_an_operator)
-from . import test_pd_on_cpu as pd_on_cpu  # its colocated reference, computed once per session
+from . import test_pd_on_cpu as pd_on_cpu
 from .workload import LONG, SHARED_PREFIX, completion_body
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -154,28 +154,13 @@ def cluster_file(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_models, request) -> dict:
-    """test_pd_on_cpu's colocated answers of the GQA model in eager mode, like these engines: its engine is started
-    only if no test of this session started it."""
-    if (GQA, True) in pd_on_cpu._reference:
-        say(request.config, "across-hosts: the colocated reference answers of test_pd_on_cpu reused")
-        return pd_on_cpu._reference[GQA, True]
-    started = time.monotonic()
-    answers = pd_on_cpu.colocated_answers(tiny_models, GQA, eager=True)
-    say(request.config, f"across-hosts: colocated reference engine started and answered in "
-                        f"{time.monotonic() - started:.1f} s")
-    return answers
-
-
 @pytest.fixture(scope="module", params=["pull", "push"])
-def stack(request, hosts, cluster_file, tiny_models, reference):
+def stack(request, hosts, cluster_file, tiny_models):
     mode = request.param
     logs = case_logs(f"across-hosts-{mode}")
     started = time.monotonic()
     with HostsStack(deployment(tiny_models, cluster_file, mode), logs / "run", logs, hosts) as running:
         running.mode = mode
-        running.reference = reference
         say(request.config, f"across-hosts {mode}: stack rendered, launched on 3 hosts, engines ready in "
                             f"{time.monotonic() - started:.1f} s")
         yield running
@@ -194,6 +179,11 @@ def test_answers_through_the_proxy_on_its_host_equal_the_colocated_run_and_the_k
     stack.wait_proxy_ready()
     say(request.config, f"across-hosts {stack.mode}: proxy ready {time.monotonic() - started:.1f} s after the engines")
     (decode_url,) = stack.endpoint_urls("decode")
+    # the colocated answers: D computing each prompt alone (test_pd_on_cpu.colocated_answers)
+    reference = {key: http_json(f"{decode_url}/v1/completions", dict(completion_body(GQA, prompt),
+                                                                     cache_salt=pd_on_cpu.ALONE),
+                                timeout=120)["choices"][0]["token_ids"] for key, prompt in PROMPTS.items()}
+    alone_counts = prompt_counts(decode_url)
     p_host, d_host = stack.namespace[NODES[0]], stack.address[NODES[1]]
     hosts.count_tcp_bytes(p_host, to=d_host)
     hits_before = metric(http_text(f"{decode_url}/metrics"), "vllm:external_prefix_cache_hits_total")
@@ -207,11 +197,11 @@ def test_answers_through_the_proxy_on_its_host_equal_the_colocated_run_and_the_k
     say(request.config, f"across-hosts {stack.mode}: requests through {stack.proxy_url}: "
                         + ", ".join(f"{key} {s:.2f} s" for key, s in seconds.items()))
 
-    mismatched = {k: (answers[k], stack.reference[k]) for k in PROMPTS if answers[k] != stack.reference[k]}
+    mismatched = {k: (answers[k], reference[k]) for k in PROMPTS if answers[k] != reference[k]}
     assert mismatched == {}
 
     # D loaded the prompts' KV from outside instead of computing it, and nothing failed on the way ...
-    assert_prompt_kv_came_from_prefill(decode_url)
+    assert_prompt_kv_came_from_prefill(decode_url, since=alone_counts)
     assert metric(http_text(f"{decode_url}/metrics"), KV_FAILURES) == 0
     # ... and the bytes came from P's host to D's, over the veth links (the only path between them).
     hits = metric(http_text(f"{decode_url}/metrics"), "vllm:external_prefix_cache_hits_total") - hits_before

