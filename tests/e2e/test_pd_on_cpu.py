@@ -51,13 +51,13 @@ def eos_prompt(models, model: str) -> str:
     return eos_first_prompt(models / (MLA if model == MTP else model))
 
 
-def colocated_answers(stack: Stack, model: str, eos_prompt: str) -> dict:
+def colocated_answers(stack: Stack, model: str, eos_first: str) -> dict:
     """The workload's answers from D alone, the reference the P/D answers are compared with: sent straight to the
     decode engine with no KV handoff, every prompt is computed there, as one colocated engine of the same model,
     draft config and graph mode computes it (a compiled and an eager forward may round differently enough to flip
     a greedy token; the same engine cannot). D's prompt counts are taken after them (stack.alone_counts)."""
     (decode_url,) = stack.endpoint_urls("decode")
-    answers = run_workload(decode_url, model, eos_prompt, cache_salt=ALONE)
+    answers = run_workload(decode_url, model, eos_first, cache_salt=ALONE)
     stack.alone_counts = prompt_counts(decode_url)
     return answers
 
