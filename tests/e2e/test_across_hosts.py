@@ -183,10 +183,10 @@ def test_answers_through_the_proxy_on_its_host_equal_the_colocated_run_and_the_k
     reference = {key: http_json(f"{decode_url}/v1/completions", dict(completion_body(GQA, prompt),
                                                                      cache_salt=pd_on_cpu.ALONE),
                                 timeout=120)["choices"][0]["token_ids"] for key, prompt in PROMPTS.items()}
-    alone_counts = prompt_counts(decode_url)
+    alone_counts = prompt_counts(decode_url)  # D's counts from here on are the requests through the proxy
+    _, hits_before, _ = alone_counts
     p_host, d_host = stack.namespace[NODES[0]], stack.address[NODES[1]]
     hosts.count_tcp_bytes(p_host, to=d_host)
-    hits_before = metric(http_text(f"{decode_url}/metrics"), "vllm:external_prefix_cache_hits_total")
 
     answers, seconds = {}, {}
     for key, prompt in PROMPTS.items():

@@ -51,15 +51,12 @@ def eos_prompt(models, model: str) -> str:
     return eos_first_prompt(models / (MLA if model == MTP else model))
 
 
-def colocated_answers(stack: Stack, model: str, eos_first: str) -> dict:
+def colocated_answers(decode_url: str, model: str, eos_first: str) -> dict:
     """The workload's answers from D alone, the reference the P/D answers are compared with: sent straight to the
     decode engine with no KV handoff, every prompt is computed there, as one colocated engine of the same model,
     draft config and graph mode computes it (a compiled and an eager forward may round differently enough to flip
-    a greedy token; the same engine cannot). D's prompt counts are taken after them (stack.alone_counts)."""
-    (decode_url,) = stack.endpoint_urls("decode")
-    answers = run_workload(decode_url, model, eos_first, cache_salt=ALONE)
-    stack.alone_counts = prompt_counts(decode_url)
-    return answers
+    a greedy token; the same engine cannot)."""
+    return run_workload(decode_url, model, eos_first, cache_salt=ALONE)
 
 
 @pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
@@ -71,7 +68,9 @@ def pd(request, tiny_models):
     with Stack(deployment, logs / "run", logs) as stack:
         stack.case, stack.model, stack.mode = request.param, model, mode
         stack.eos_prompt = eos_prompt(tiny_models, model)
-        stack.reference = colocated_answers(stack, model, stack.eos_prompt)
+        (decode_url,) = stack.endpoint_urls("decode")
+        stack.reference = colocated_answers(decode_url, model, stack.eos_prompt)
+        stack.alone_counts = prompt_counts(decode_url)  # D's prompt counts from here on are the P/D requests'
         yield stack
 
 
