@@ -216,15 +216,23 @@ class CostModel:
         comm_fixed = sum(self._collectives(shape, 0.0, links).values())
         comm_per_token = sum(self._collectives(shape, 1.0, links).values()) - comm_fixed
         launches, framework = self._kernel_launches(m.num_layers), self._framework(m.num_layers, "eager")
-        imbalance, overlap, scale, run = self._imbalance, cal.prefill_overlap, self.prefill_scale, self._step
+        imbalance, overlap, scale = self._imbalance, cal.prefill_overlap, self.prefill_scale
+        balanced = not m.moe or shape.ep <= 1  # _imbalance is 1 for every batch
+        schedule_fixed, schedule_per_token = cal.step_overhead_s, cal.sampling_per_token_s
+        async_scheduling = self.mode.async_scheduling
 
+        # The planner's prefill queue calls this millions of times a plan: _step's arithmetic, written out here.
         def step(tokens: float, square_sum: float, count: int) -> float:
-            compute = tokens * (other + expert * imbalance(shape, tokens * group)) + attention * square_sum
+            balance = 1.0 if balanced else imbalance(shape, tokens * group)
+            compute = tokens * (other + expert * balance) + attention * square_sum
             memory = held + experts * (1 - untouched ** (tokens * group))
             busy = max(compute, memory)
             comm = comm_fixed + comm_per_token * tokens
-            exposed = max(0.0, comm - busy) if overlap else comm
-            return run(busy + exposed + launches, framework, count)[0] * scale
+            device = busy + (max(0.0, comm - busy) if overlap else comm) + launches
+            schedule = schedule_fixed + count * schedule_per_token
+            if async_scheduling:
+                return max(device, framework + schedule) * scale
+            return (schedule + max(device, framework)) * scale
 
         return step
 

@@ -79,53 +79,58 @@ class PrefillPool:
         return pool
 
     def run(self, rate: float, ranks: int) -> PrefillRun:
-        arrivals = np.cumsum(self.gaps) / rate
+        # Plain lists and locals in the loop: a plan plays millions of batches through it.
+        arrivals = (np.cumsum(self.gaps) / rate).tolist()
         n = len(self.prompts)
-        done = np.zeros(n)
-        duration = np.zeros(n)
+        done = [0.0] * n
+        duration = [0.0] * n
         pool: list[RankQueue[int]] = [RankQueue(self.batch_tokens) for _ in range(ranks)]
         ends = [0.0] * ranks  # when each rank's running batch finishes
+        step_time = self.step_time
 
         def start(rank: int, now: float) -> None:
             batch = pool[rank].start()
-            took = self._took(batch)
+            took = step_time(batch.tokens, batch.square_sum, len(batch.items))
             ends[rank] = now + took
-            duration[batch.items] = took
+            for item in batch.items:
+                duration[item] = took
 
         def advance(rank: int, now: float) -> None:
-            while pool[rank].running is not None and ends[rank] <= now:
-                done[pool[rank].finish().items] = ends[rank]
-                if pool[rank].queue:
-                    start(rank, ends[rank])
+            queue = pool[rank]
+            while queue.running is not None and ends[rank] <= now:
+                end = ends[rank]
+                for item in queue.finish().items:
+                    done[item] = end
+                if queue.queue:
+                    start(rank, end)
 
         # A rank's decoding requests come and go independently of its prompts: each count the proxy reads is a
         # fresh Poisson draw about their mean (the occupancy of a queue with no wait).
         decoding = self.decoding if self.decoding is not None and math.isfinite(self.decoding) else 0.0
-        others = np.random.default_rng(self.seed + 1).poisson(decoding, (n, 2))
+        others = np.random.default_rng(self.seed + 1).poisson(decoding, (n, 2)).tolist()
 
         def held(rank: int) -> float:
             advance(rank, now)  # to the arrival being routed
             if self.decoding is None:
                 return pool[rank].outstanding
             prompts = len(pool[rank].queue) + (pool[rank].running is not None)
-            return prompts + int(others[request, int(rank == offer[1])])
+            return prompts + others[request][int(rank == offer[1])]
 
-        offers = iter(self._offers(ranks))
-        for request in range(n):
-            now = float(arrivals[request])
-            offer = next(offers)
-            if self.decoding == math.inf:
-                rank = offer[0]
-            else:
-                rank = two_choices(range(ranks), lambda _ranks: offer, held)
+        def offered(_ranks: int) -> tuple[int, int]:
+            return offer
+
+        rank_ids = range(ranks)
+        coin_toss = self.decoding == math.inf
+        for request, (now, offer, prompt) in enumerate(zip(arrivals, self._offers(ranks), self.prompts)):
+            rank = offer[0] if coin_toss else two_choices(rank_ids, offered, held)
             advance(rank, now)  # a lone rank was not asked its load
-            pool[rank].enqueue(request, self.prompts[request])
+            pool[rank].enqueue(request, prompt)
             if pool[rank].running is None:
                 start(rank, now)
         for rank in range(ranks):
             advance(rank, float("inf"))
         keep = slice(int(n * WARMUP_SHARE), n)
-        return PrefillRun((done - arrivals)[keep], duration[keep])
+        return PrefillRun((np.array(done) - np.array(arrivals))[keep], np.array(duration)[keep])
 
     def _took(self, batch: Batch) -> float:
         return self.step_time(batch.tokens, batch.square_sum, len(batch.items))
