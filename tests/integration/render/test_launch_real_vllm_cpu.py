@@ -52,8 +52,8 @@ def test_launcher_serves_completions_and_stop_ends_the_server(tiny_model, tmp_pa
         "apiVersion": "ascend-pd/v1", "kind": "Deployment", "metadata": {"name": "tiny-colocated"},
         "cluster": "local-cpu", "model": {"name": "tiny-llama-gqa", "path": str(tiny_model)},
         "connector": {"implementation": "ascend-pd", "mode": "pull", "protocol": "tcp"},
-        "instances": [{"name": "colocated-0", "role": "colocated", "devices": [{"node": "localhost-00", "devices": [1]}],
-                       "http_port": port, "kv_port": free_port(),
+        "instances": [{"name": "colocated-0", "role": "colocated",
+                       "devices": [{"node": "localhost-00", "devices": [1]}], "http_port": port, "kv_port": free_port(),
                        # eager: the launcher and stop script are under test here, not the graph mode (the e2e
                        # suite's compiled cases run vLLM's default), and compiling costs 20-30 s on 2 cores
                        "vllm": {"max_model_len": 256, "max_num_batched_tokens": 256, "max_num_seqs": 4,
