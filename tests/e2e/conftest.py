@@ -104,8 +104,8 @@ def pytest_terminal_summary(terminalreporter):
     for line in autogroup.STATE:
         terminalreporter.write_line(f"e2e: {line}")
     if BUSY_AT_START:
-        terminalreporter.write_sep("-", "processes busy when the suite started: on two cores one of them starves the "
-                                        "TP2 case (docs/testing.md)")
+        terminalreporter.write_sep("-", "processes busy when the suite started: on two cores one of them slows every "
+                                        "case, the TP2 case most (docs/testing.md)")
         for line in BUSY_AT_START:
             terminalreporter.write_line(line)
     for outcome in ("passed", "failed"):

@@ -100,7 +100,8 @@ def _busiest(before: dict[int, int], after: dict[int, int], window_s: float) -> 
 
 def busy_elsewhere(window_s: float = 2.0, least_percent: float = 25.0) -> list[str]:
     """Processes outside this one's tree that used `least_percent` of a core or more over `window_s`: on two cores
-    one of them is enough to starve the TP2 case (docs/testing.md)."""
+    one of them takes its share from the engines (and starved the TP2 case with autogroup scheduling on,
+    docs/testing.md)."""
     before = _cpu_by_process()
     time.sleep(window_s)
     ours = _descendants(os.getpid())
