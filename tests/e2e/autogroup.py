@@ -20,24 +20,28 @@ STATE: list[str] = []  # what the run did, for the summary
 def off_for_the_run(switch: Path = SWITCH):
     """Autogroup scheduling off until the block ends, then as it was; where the kernel has none or the switch cannot
     be written (not root), the run goes on as the host is and says so."""
+    before = _turn_off(switch)
+    try:
+        yield
+    finally:
+        if before is not None:
+            switch.write_text(before)
+
+
+def _turn_off(switch: Path) -> str | None:
+    """The switch's value before, when this turned it off; None when it was left as it was."""
     try:
         before = switch.read_text().strip()
     except OSError:
         STATE.append("the kernel has no autogroup scheduling")
-        yield
-        return
+        return None
     if before == "0":
         STATE.append("autogroup scheduling was already off")
-        yield
-        return
+        return None
     try:
         switch.write_text("0")
     except OSError as error:
         STATE.append(f"autogroup scheduling stays on ({error.strerror} writing {switch}): the TP2 case may stall")
-        yield
-        return
+        return None
     STATE.append(f"autogroup scheduling off for the run ({switch} was {before}, set back after)")
-    try:
-        yield
-    finally:
-        switch.write_text(before)
+    return before
