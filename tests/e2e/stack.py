@@ -24,6 +24,10 @@ from ascend_pd.proxy.endpoints import endpoints_from_deployment
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "logs" / "e2e"
 START_TIMEOUT_S = float(os.environ.get("E2E_START_TIMEOUT_S", "900"))
+STOP_TIMEOUT_S = 20  # a stop script's SIGTERM, then SIGKILL for what is left after this many seconds
+# Stop scripts of stacks the suite is done with, still running: engines take seconds to shut down, which the next
+# stack (on ports of its own) need not wait for. The session waits for them at its end (conftest.py).
+STOPPING: list[subprocess.Popen] = []
 
 
 def ascend_pd(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -230,10 +234,16 @@ class Stack:
                 tail = log.read_text()[-3000:] if log.exists() else "(no log)"
                 raise AssertionError(f"{pidfile.stem} exited; log {log}:\n{tail}") from None
 
-    def stop(self) -> None:
-        env = dict(os.environ, LOG_DIR=str(self.logs), STOP_TIMEOUT="20")
-        for script in sorted(self.render_dir.glob("stop-*.sh")):
-            subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    def stop(self, wait: bool = True) -> None:
+        """Run the rendered stop scripts; with `wait` false, leave them to end while the suite goes on (STOPPING)."""
+        env = dict(os.environ, LOG_DIR=str(self.logs), STOP_TIMEOUT=str(STOP_TIMEOUT_S))
+        scripts = [subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True) for script in sorted(self.render_dir.glob("stop-*.sh"))]
+        if not wait:
+            STOPPING.extend(scripts)
+            return
+        for script in scripts:
+            script.communicate()
 
     def __enter__(self) -> "Stack":
         try:
@@ -243,4 +253,21 @@ class Stack:
             raise
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        self.stop(wait=False)
+
+
+def wait_for_stops() -> list[str]:
+    """Wait for every stop left running (each script ends within STOP_TIMEOUT_S, killing what outlasts it); what
+    went wrong, one line each."""
+    problems = []
+    while STOPPING:
+        script = STOPPING.pop()
+        try:
+            _, stderr = script.communicate(timeout=STOP_TIMEOUT_S + 15)
+        except subprocess.TimeoutExpired:
+            script.kill()
+            problems.append(f"{' '.join(script.args)} still ran {STOP_TIMEOUT_S + 15} s after the suite ended")
+            continue
+        if script.returncode != 0:
+            problems.append(f"{' '.join(script.args)} exited {script.returncode}: {stderr.strip()[-500:]}")
+    return problems

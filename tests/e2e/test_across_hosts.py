@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import time
 import urllib.error
@@ -134,11 +133,6 @@ class HostsStack(Stack):
         raise AssertionError(f"the proxy at {url} did not reach the engines at {self.endpoint_urls('prefill')} and "
                              f"{self.endpoint_urls('decode')} within {PROXY_READY_S:.0f} s; it answers:\n{body}\n"
                              f"logs in {self.logs}")
-
-    def stop(self) -> None:
-        env = dict(os.environ, LOG_DIR=str(self.logs), STOP_TIMEOUT="20")
-        for script in sorted(self.render_dir.glob("stop-*.sh")):
-            subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -19,10 +20,20 @@ from ascend_pd.planner.resize import counts_of
 from .bundles import example_bundle, one_more_decode, recording_kubectl
 
 
-def signal_soon(number: int, after: float = 0.5) -> threading.Timer:
-    timer = threading.Timer(after, os.kill, (os.getpid(), number))
-    timer.start()
-    return timer
+def signal_once_launched(log: RolloutLog, number: int) -> threading.Thread:
+    """Sends `number` to this process once the rollout has logged its launch done, so it lands in the wait for the
+    new instance's health: after a fixed delay it could land in the launch itself on a busy machine."""
+    def wait_then_signal() -> None:
+        deadline = time.monotonic() + 30
+        while not any(line.get("phase") == "launch" and line.get("status") == "ok" for line in log.lines):
+            if time.monotonic() > deadline:
+                return  # no signal: the rollout waits out its start timeout and the test fails
+            time.sleep(0.01)
+        os.kill(os.getpid(), number)
+
+    thread = threading.Thread(target=wait_then_signal, daemon=True)
+    thread.start()
+    return thread
 
 
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
@@ -36,10 +47,10 @@ def test_a_signal_while_a_new_instance_starts_stops_it_and_the_file_says_what_ru
     rollout = Rollout(deployment_file, ProxyAdmin("http://127.0.0.1:9", None, timeout=1),
                       Launcher(deployment_file.parent, "k8s", kubectl=kubectl), log, RolloutTimeouts(start=60.0))
     before = signal.getsignal(number)
-    timer = signal_soon(number)
+    signaller = signal_once_launched(log, number)
     with pytest.raises(Interrupted, match=signal.Signals(number).name), stopping_on_signals():
         rollout.run(current.deployment, target, steps)
-    timer.cancel()
+    signaller.join(timeout=5)
     phases = [(line.get("phase"), line.get("status")) for line in log.lines[1:]]
     assert phases[:3] == [("launch", "ok"), ("healthy", "failed"), ("stop-unhealthy", "ok")]
     assert [json.loads(line)[0] for line in calls.read_text().splitlines()] == ["apply", "delete"]
