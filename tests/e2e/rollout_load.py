@@ -17,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .stack import http_text, sse_events
+from .stack import STOP_TIMEOUT_S, http_text, sse_events
 from .workload import WORDS
 
 MODEL = "tiny-llama-gqa"
@@ -206,7 +206,7 @@ def wait_ready(url: str, deadline: float, bundle: Path, logs: Path) -> None:
 def node_command_here(logs: Path) -> str:
     """The node command that runs a bundle's scripts on this host, with its log directory and this Python."""
     return shlex.join(["env", f"PATH={Path(sys.executable).parent}:{os.environ['PATH']}", f"LOG_DIR={logs}",
-                       "STOP_TIMEOUT=20"])
+                       f"STOP_TIMEOUT={STOP_TIMEOUT_S}"])
 
 
 def on_node(node_command: str, bundle: Path, script: str, *names: str) -> subprocess.CompletedProcess:
