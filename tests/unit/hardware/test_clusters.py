@@ -117,3 +117,13 @@ protocols: [ascend]
     with pytest.raises(InputError) as info:
         _load_path(str(path))
     assert info.value.field == "node_types.n.chip"
+
+
+def test_generated_nodes_take_consecutive_addresses_from_their_groups_starts():
+    """What the shipped file writes (four A2 nodes of 8 devices from 192.168.1.11 and 192.168.100.1), as an operator
+    reads it: node i at host_ip_start + i, its device d at device_ip_start + 8 i + d."""
+    cluster = load_cluster("atlas-800i-a2-x4")
+    assert [node.host_ip for node in cluster.nodes] == ["192.168.1.11", "192.168.1.12", "192.168.1.13",
+                                                        "192.168.1.14"]
+    third = [device.device_ip for device in cluster.devices if device.node == cluster.nodes[2].name]
+    assert third == [f"192.168.100.{17 + d}" for d in range(8)]
