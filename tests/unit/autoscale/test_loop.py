@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 
 from ascend_pd.autoscale.loop import AutoscaleMetrics, Autoscaler
-from ascend_pd.autoscale.settings import AutoscaleSettings
+from ascend_pd.autoscale.settings import AutoscaleSettings, RolloutTimeouts
 from ascend_pd.autoscale.rollout import Launcher, RolloutLog
 from ascend_pd.deploy.io import dump_deployment, load_deployment
 
@@ -39,8 +39,10 @@ def scaler(tmp_path: Path, observed: Path, clock=lambda: 0.0, node_command: str 
     file = tmp_path / "deployment.yaml"
     file.write_text(dump_deployment(deployment))
     metrics = AutoscaleMetrics()
+    # no engine ever answers here: a change applied where a test expects none fails in seconds, not at the timeout
     made = Autoscaler(file, str(observed), None, Launcher(tmp_path, node_command=node_command), AutoscaleSettings(
-        calibration=CALIBRATION, **settings), RolloutLog(io.StringIO()), metrics, clock=clock)
+        calibration=CALIBRATION, **settings), RolloutLog(io.StringIO()), metrics,
+        timeouts=RolloutTimeouts(start=5.0, drain=5.0, command=10.0), clock=clock)
     return made, metrics
 
 
