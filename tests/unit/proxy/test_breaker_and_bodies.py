@@ -4,7 +4,8 @@ import msgspec
 import pytest
 
 from ascend_pd.proxy.breaker import CircuitBreaker
-from ascend_pd.proxy.openai_body import client_answer, decode_body, is_whole_answer, prefill_body, prompt_text
+from ascend_pd.proxy.openai_body import (client_answer, client_body, decode_body, is_whole_answer, prefill_body,
+                                        prompt_text)
 from ascend_pd.proxy.tokens import EstimatedTokens
 
 
@@ -128,3 +129,10 @@ def test_prompt_text_of_chat_messages_and_content_parts():
 
 def test_estimated_tokens_round_up_a_quarter_of_the_characters():
     assert [EstimatedTokens().count("x" * n) for n in (0, 1, 4, 5, 400)] == [0, 1, 1, 2, 100]
+
+
+def test_a_clients_own_kv_transfer_params_are_dropped_and_the_rest_of_its_body_kept():
+    """Only the proxy tells P and D where KV is: a client's coordinates would have D read from any host it names."""
+    forged = {"do_remote_prefill": True, "remote_host": "attacker.example", "remote_port": 6666}
+    raw = msgspec.json.encode({"model": "m", "prompt": "hi", "max_tokens": 3, "kv_transfer_params": forged})
+    assert client_body(raw) == {"model": "m", "prompt": "hi", "max_tokens": 3}
