@@ -166,7 +166,8 @@ def main() -> int:
         try:
             env = dict(os.environ, PYTHONPATH=str(tree), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
             imported = sh(sys.executable, "-c", "import ascend_pd; print(ascend_pd.__file__)", cwd=tree, env=env)
-            assert imported.stdout.startswith(str(tree)), f"ascend_pd came from {imported.stdout.strip()}"
+            if not imported.stdout.startswith(str(tree)):
+                raise SystemExit(f"ascend_pd loads from {imported.stdout.strip() or imported.stderr}, not {tree}")
             print("| folder | broken change | caught by | seconds |\n|---|---|---|---|", flush=True)
             for brk in breaks:
                 caught, said, seconds = try_break(brk, tree, env)
