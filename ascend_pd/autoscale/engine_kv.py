@@ -9,13 +9,12 @@ import json
 import math
 import re
 import time
-import urllib.error
-import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_pd.autoscale.proxy_admin import CALL_TIMEOUT, POLL_SECONDS, StepFailed
 from ascend_pd.deploy.connector_metrics import KV_HELD_REQUESTS
+from ascend_pd.deploy.http_calls import Unreachable, call
 
 GAUGE = KV_HELD_REQUESTS
 # The gauge follows the connector's count on every step only where vLLM collects the scheduler side's stats after
@@ -26,25 +25,17 @@ TRUSTED_FROM = (0, 32)
 # end where the line's name ends, so a look-alike (`..._requests_by_reason`) is not it.
 _WANTED_LINES = tuple(f"{prefix}{GAUGE}{end}" for prefix, end in (("", "{"), ("", " "), ("# HELP ", " "),
                                                                    ("# TYPE ", " ")))
-_CHUNK = 1 << 16
 
 
 def _get(url: str, timeout: float) -> str:
-    """The body at `url`, all of it within `timeout` (a socket timeout alone bounds each read, not a trickle)."""
-    deadline = time.monotonic() + timeout
+    """The body at `url`, all of it within `timeout`; StepFailed when there is none or the status is not 2xx."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
-            chunks = []
-            while chunk := answer.read(_CHUNK):
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise StepFailed(f"GET {url}: no whole answer within {timeout:g} s")
-    except urllib.error.HTTPError as exc:
-        raise StepFailed(f"GET {url} answered {exc.code}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise StepFailed(f"GET {url}: {str(reason) or type(reason).__name__}") from None
-    return b"".join(chunks).decode(errors="replace")
+        answer = call(url, timeout)
+    except Unreachable as exc:
+        raise StepFailed(f"GET {url}: {exc}") from None
+    if not 200 <= answer.status < 300:
+        raise StepFailed(f"GET {url} answered {answer.status}")
+    return answer.text()
 
 
 def _trusted(url: str, timeout: float) -> bool:

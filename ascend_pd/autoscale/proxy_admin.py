@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ascend_pd.deploy.handoff import KVAddress, encode
+from ascend_pd.deploy.http_calls import Unreachable, call
 
 CALL_TIMEOUT = 10.0
 POLL_SECONDS = 0.5
@@ -36,20 +35,28 @@ class Interrupted(StepFailed):
 
 def http_json(method: str, url: str, body: dict | None = None, token: str | None = None,
               timeout: float = CALL_TIMEOUT) -> Any:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    """The JSON answer of `method` `url`; TableConflict on a 409, StepFailed on any other failure."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            payload = answer.read()
-    except urllib.error.HTTPError as exc:
-        failure = TableConflict if exc.code == 409 else StepFailed
-        raise failure(f"{method} {url} answered {exc.code}: {exc.read()[:300].decode(errors='replace')}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        raise StepFailed(f"{method} {url}: {getattr(exc, 'reason', exc)}") from None
-    return json.loads(payload) if payload else None
+        answer = call(url, timeout, method=method, body=body, token=token)
+    except Unreachable as exc:
+        raise StepFailed(f"{method} {url}: {exc}") from None
+    if answer.status >= 400:
+        failure = TableConflict if answer.status == 409 else StepFailed
+        raise failure(f"{method} {url} answered {answer.status}: {answer.body[:300].decode(errors='replace')}")
+    if not answer.body:
+        return None
+    try:
+        return json.loads(answer.body)
+    except ValueError:
+        raise StepFailed(f"{method} {url} answered {answer.status} without JSON") from None
+
+
+def healthy(url: str, timeout: float) -> bool:
+    """Whether the engine at `url` answers GET /health with 200 within `timeout`."""
+    try:
+        return call(url + "/health", timeout).status == 200
+    except Unreachable:
+        return False
 
 
 class ProxyAdmin:
@@ -103,17 +110,10 @@ def wait_until_idle(backends: Callable[[], dict[str, dict]], urls: list[str], se
 
 def not_answering(urls: list[str], timeout: float = CALL_TIMEOUT) -> list[str]:
     """Those of `urls` whose GET /health does not answer 200 within `timeout`, asked all at once."""
-    def answers(url: str) -> bool:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=timeout) as answer:
-                return answer.status == 200
-        except (urllib.error.URLError, TimeoutError, OSError):
-            return False
-
     if not urls:
         return []
     with ThreadPoolExecutor(max_workers=min(16, len(urls))) as pool:
-        return [url for url, ok in zip(urls, pool.map(answers, urls)) if not ok]
+        return [url for url, ok in zip(urls, pool.map(lambda url: healthy(url, timeout), urls)) if not ok]
 
 
 def wait_healthy(urls: list[str], seconds: float) -> None:
@@ -122,12 +122,8 @@ def wait_healthy(urls: list[str], seconds: float) -> None:
     waiting = list(urls)
     while waiting:
         for url in list(waiting):
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=min(CALL_TIMEOUT, seconds)) as answer:
-                    if answer.status == 200:
-                        waiting.remove(url)
-            except (urllib.error.URLError, TimeoutError, OSError):
-                pass
+            if healthy(url, min(CALL_TIMEOUT, seconds)):
+                waiting.remove(url)
         if waiting and time.monotonic() > deadline:
             raise StepFailed(f"not healthy within {seconds:g} s: {', '.join(waiting)}")
         if waiting:

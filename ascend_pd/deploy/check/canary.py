@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 import time
 
-from ascend_pd.deploy.check.calls import Unreachable, call
+from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.check.report import Finding
 
 MAX_TOKENS = 4

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ascend_pd.deploy import connector_metrics
-from ascend_pd.deploy.check.calls import Unreachable, call
+from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.check.prometheus_text import sample_sum
 from ascend_pd.deploy.check.report import Finding
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascend_pd.deploy.check.calls import Unreachable, call
+from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.check.pins import Pin
 from ascend_pd.deploy.check.report import Row
 from ascend_pd.deploy.layout import EngineRank

@@ -171,7 +171,7 @@ def test_a_black_holed_engine_fails_the_step_within_the_call_timeout_naming_it(e
     with pytest.raises(StepFailed) as failed:
         wait_kv_released([engines.url("prefill-b"), black_hole], seconds=1.0, hold_timeout=30)
     assert time.monotonic() - started < 1.0 + 1.0
-    assert black_hole in str(failed.value) and "timed out" in str(failed.value)
+    assert black_hole in str(failed.value) and "no answer within" in str(failed.value)
     started = time.monotonic()
     with pytest.raises(StepFailed, match=black_hole):
         held_requests(black_hole, timeout=0.5)

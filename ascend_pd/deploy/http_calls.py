@@ -1,21 +1,30 @@
-"""Bounded HTTP calls: each ends within its timeout whatever the peer does (refuses, never answers, trickles), and
-one that gets no answer raises Unreachable with a short reason, never a library's exception."""
+"""Bounded HTTP calls from ascend-pd's own tools (`check`, the autoscaler) to engines and proxy replicas: each ends
+within its timeout whatever the peer does (refuses, never answers, trickles, sends without end), and one that gets no
+whole answer raises Unreachable with a short reason, never a library's exception.
+
+The calls go straight to the address they name. An HTTP proxy in the environment (`http_proxy`, which Ascend hosts
+often set to reach package mirrors) is not used: it would not reach the cluster's own addresses, and would be handed
+the admin token."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 _CHUNK = 1 << 16
+# The most an answer may hold: a vLLM /metrics page of many engine cores is a few MB.
+MAX_ANSWER_BYTES = 64 << 20
 
 
 class Unreachable(Exception):
-    """No whole HTTP answer: the connection was refused or reset, or the time ran out. The message says which."""
+    """No whole HTTP answer: the connection was refused or reset, the time ran out, or the answer was too long. The
+    message says which."""
 
 
 @dataclass(frozen=True)
@@ -34,9 +43,10 @@ class Answer:
         return self.body.decode(errors="replace")
 
 
-def call(url: str, timeout: float, *, body: dict | None = None, token: str | None = None) -> Answer:
-    """GET `url`, or POST `body` as JSON; `token` goes as 'Authorization: Bearer'. The whole answer, any status,
-    within `timeout` seconds, or Unreachable."""
+def call(url: str, timeout: float, *, method: str | None = None, body: Any = None, token: str | None = None,
+         max_bytes: int = MAX_ANSWER_BYTES) -> Answer:
+    """`method` (GET, or POST when there is a `body`) `url`, with `body` as JSON; `token` goes as 'Authorization:
+    Bearer'. The whole answer, any status, within `timeout` seconds and `max_bytes`, or Unreachable."""
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -45,24 +55,33 @@ def call(url: str, timeout: float, *, body: dict | None = None, token: str | Non
         data = json.dumps(body).encode()
         headers["Content-Type"] = "application/json"
     deadline = time.monotonic() + timeout
-    # http.client and not urllib: urllib would send the call through an HTTP proxy named in the environment
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    # http.client and not urllib: urllib would send the call through the environment's HTTP proxy
+    if parts.scheme == "https":
+        connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname, parts.port, timeout=timeout, context=ssl.create_default_context())
+    else:
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        connection.request("POST" if data is not None else "GET", path, body=data, headers=headers)
+        connection.request(method or ("POST" if data is not None else "GET"), path, body=data, headers=headers)
         _left(connection, deadline, timeout)
         response = connection.getresponse()
-        chunks = []
+        chunks, size = [], 0
         while True:
             _left(connection, deadline, timeout)
             chunk = response.read1(_CHUNK)  # one read from the socket, so each is bounded by the time left
             if not chunk:
                 break
+            size += len(chunk)
+            if size > max_bytes:
+                raise Unreachable(f"an answer longer than {max_bytes} bytes")
             chunks.append(chunk)
         return Answer(response.status, b"".join(chunks))
     except (TimeoutError, socket.timeout):
         raise Unreachable(f"no answer within {timeout:g} s") from None
     except ConnectionRefusedError:
         raise Unreachable("connection refused") from None
+    except ssl.SSLError as exc:
+        raise Unreachable(f"TLS failed ({exc.reason or type(exc).__name__})") from None
     except http.client.HTTPException as exc:
         raise Unreachable(f"not an HTTP answer ({type(exc).__name__})") from None
     except OSError as exc:
