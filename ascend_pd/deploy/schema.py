@@ -38,6 +38,12 @@ class Connector(_Strict):
     mode: Literal["pull", "push"] = "pull"
     protocol: Literal["ascend", "tcp", "rdma"] = "ascend"
 
+    @property
+    def layerwise(self) -> bool:
+        """vllm-ascend's MooncakeLayerwiseConnector: the proxy sends D each request first, and D posts its block
+        coordinates back to the proxy's metaserver over HTTP."""
+        return self.implementation == "vllm-ascend" and self.mode == "push"
+
 
 class LengthDistribution(_Strict):
     """Token counts of a workload. `mean` always; the shape is fixed unless a distribution is named."""

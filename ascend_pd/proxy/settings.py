@@ -62,4 +62,4 @@ def mode_for(deployment: Deployment) -> Mode:
     connector = deployment.connector
     if connector.mode == "pull":
         return "pull"
-    return "push" if connector.implementation == "ascend-pd" else "layerwise"
+    return "layerwise" if connector.layerwise else "push"

@@ -112,11 +112,24 @@ def start_lines(process: Process) -> list[str]:
     return lines
 
 
+def metaserver_no_proxy(hosts: list[str]) -> list[str]:
+    """Lines that add the proxy replicas' `hosts` to no_proxy (and NO_PROXY), keeping what the environment lists.
+    D posts to a replica's metaserver with httpx (vllm-ascend's layerwise connector, v0.23.0 to main), which would
+    send the post, and the request's token in its URL, through an HTTP proxy the environment names."""
+    return ["# D posts to the proxy's metaserver with httpx, which would go through an HTTP proxy the environment",
+            "# names (http_proxy): the proxy replicas' addresses join no_proxy.",
+            'no_proxy="${no_proxy:-${NO_PROXY:-}}"',
+            f'export no_proxy="${{no_proxy:+$no_proxy,}}{",".join(dict.fromkeys(hosts))}"',
+            'export NO_PROXY="$no_proxy"']
+
+
 def node_section(plan: LaunchPlan, node: NodePlan, processes: Iterable[Process]) -> list[str]:
     """The exports every process of `node` shares, then one start per process."""
     processes = list(processes)
     lines = [f"# Node {node.name}: host {node.network.host_ip}, interface {node.network.interface}."]
     lines += [f"export {key}={quote(value)}" for key, value in node.env]
+    if plan.deployment.connector.layerwise:
+        lines += metaserver_no_proxy([replica.network.host_ip for replica in plan.proxies])
     if plan.platform == "cpu":
         if any(isinstance(value, CpuCores) for process in processes for _, value in process.env):
             used = 1 + max(d for p in processes for d in p.devices)

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import trustme
@@ -23,49 +21,11 @@ from ascend_pd.autoscale.proxy_admin import StepFailed, http_json, not_answering
 from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.errors import InputError
 from tests import fuzz
+from tests.fakes.threaded_http import Server, send
 
 TOKEN = "admin-secret"
 METRICS = ("# TYPE vllm:ascend_pd_kv_held_requests gauge\n"
            'vllm:ascend_pd_kv_held_requests{engine="0"} 2.0\n')
-
-
-class Server:
-    """A threaded HTTP server on 127.0.0.1 that records what it was asked; `answer(handler)` answers each request."""
-
-    def __init__(self, answer: Callable[[BaseHTTPRequestHandler], None], tls: trustme.LeafCert | None = None):
-        self.requests: list[tuple[str, str, str | None]] = []  # (method, path or proxied URL, Authorization)
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _any(self):
-                server.requests.append((self.command, self.path, self.headers.get("Authorization")))
-                answer(self)
-
-            do_GET = do_POST = do_PUT = _any
-
-            def log_message(self, *args):
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            tls.configure_cert(context)
-            self.http.socket = context.wrap_socket(self.http.socket, server_side=True)
-        self.thread = threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.http.server_port}"
-
-    def close(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-
-def send(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str = "application/json") -> None:
-    handler.send_response(status)
-    handler.send_header("Content-Type", content_type)
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
 
 
 def engine_and_proxy(handler: BaseHTTPRequestHandler) -> None:

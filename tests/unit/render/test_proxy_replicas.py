@@ -2,13 +2,16 @@
 stop scripts that stop them, and one k8s Deployment that spreads a pod over each replica node."""
 
 import shlex
+import subprocess
 
+import httpx
 import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
 from ascend_pd.render import RenderOptions, render_bundle
+from tests.fakes.threaded_http import Server, send
 
 from .conftest import loaded_from
 
@@ -142,3 +145,66 @@ def test_k8s_single_replica_is_pinned_and_requests_no_cpu_without_workers(cm384_
 def test_k8s_proxy_objects_pass_the_kubernetes_schema(replicated):
     for obj in proxy_documents(render(replicated, target="k8s")):
         kubernetes_validate.validate(obj, latest_version(), strict=True)
+
+
+def metaserver_lines(script: str) -> list[str]:
+    """The lines of a rendered script that add the proxy replicas to no_proxy (a pod's script indents them under
+    its node's case)."""
+    lines = [line.strip() for line in script.splitlines()]
+    start = lines.index('no_proxy="${no_proxy:-${NO_PROXY:-}}"')
+    return lines[start:start + 3]
+
+
+def test_a_layerwise_d_posts_to_every_replica_directly_though_the_environment_names_an_http_proxy(
+        replicated, monkeypatch):
+    """vllm-ascend's layerwise D posts to a replica's metaserver with an httpx client that trusts the environment.
+    Each engine node's rendered lines must add every replica to no_proxy, keeping what the site lists, or the post
+    (with the request's token in its URL) goes to the site's HTTP proxy: here a server that records what it gets.
+    The replicas are at loopback addresses of their own (given as with --node-ip), where a stand-in listens."""
+    posted = []
+
+    def metaserver(handler):
+        posted.append(handler.server.server_address[0])
+        send(handler, 200, b"{}")
+
+    replicas = {"cm0-n00": "127.0.0.11", "cm0-n02": "127.0.0.13", "cm0-n05": "127.0.0.16"}
+    first = Server(metaserver, host=replicas["cm0-n00"])
+    stand_ins = [first] + [Server(metaserver, host=replicas[node], port=first.http.server_port)
+                           for node in ("cm0-n02", "cm0-n05")]
+    site_proxy = Server(lambda handler: send(handler, 502, b"{}"))
+    replicated["connector"].update(implementation="vllm-ascend", mode="push")
+    replicated["proxy"]["port"] = first.http.server_port
+    result = render_bundle(loaded_from(replicated).with_node_addresses(replicas), RenderOptions())
+    assert not result.refused, result.diagnostics
+    files = result.files
+    scripts = [files[path] for path in files if path.startswith("launch-cm")]
+    scripts += [text for name, text in yaml.safe_load(files["k8s/configmap.yaml"])["data"].items()
+                if name.startswith("serve-")]
+    assert len(scripts) == 7  # the launchers of the four engine nodes, and the scripts of the three instances' pods
+
+    def post_to_every_replica() -> list[int]:
+        with httpx.Client(timeout=5) as client:  # as vllm-ascend makes it: the environment's proxies trusted
+            return [client.post(f"http://token@{host}:{first.http.server_port}/v1/metaserver", json={}).status_code
+                    for host in replicas.values()]
+
+    monkeypatch.setenv("http_proxy", site_proxy.url)
+    try:
+        for script in scripts:
+            for before in ("", "NO_PROXY=mirror.corp.example", "no_proxy=mirror.corp.example"):
+                shell = "\n".join([before, *metaserver_lines(script), 'echo "$no_proxy"', 'echo "$NO_PROXY"'])
+                shown = subprocess.run(["env", "-i", "bash", "-c", shell], capture_output=True, text=True,
+                                       check=True).stdout.split()
+                assert shown[0] == shown[1] and set(replicas.values()) <= set(shown[0].split(","))
+                assert ("mirror.corp.example" in shown[0].split(",")) == bool(before)
+                monkeypatch.setenv("no_proxy", shown[0])
+                posted.clear()
+                assert post_to_every_replica() == [200] * len(stand_ins)
+                assert posted == list(replicas.values())
+        assert site_proxy.requests == []
+        # without the lines, the same client hands the posts to the site's proxy: the checks above can fail
+        monkeypatch.setenv("no_proxy", "mirror.corp.example")
+        assert post_to_every_replica() == [502] * len(stand_ins)
+        assert len(site_proxy.requests) == len(stand_ins)
+    finally:
+        for server in (*stand_ins, site_proxy):
+            server.close()
