@@ -6,8 +6,8 @@ from __future__ import annotations
 import secrets
 import time
 
-from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.check.report import Finding
+from ascend_pd.deploy.http_calls import Unreachable, call
 
 MAX_TOKENS = 4
 # About a hundred tokens: a few KV blocks on the CPU stand-in, most of one on an NPU (block size 128)

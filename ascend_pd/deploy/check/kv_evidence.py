@@ -15,9 +15,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ascend_pd.deploy import connector_metrics
-from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.check.prometheus_text import sample_sum
 from ascend_pd.deploy.check.report import Finding
+from ascend_pd.deploy.http_calls import Unreachable, call
 
 EXTERNAL_TOKENS = "vllm:external_prefix_cache_hits_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"

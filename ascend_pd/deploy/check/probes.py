@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.check.pins import Pin
 from ascend_pd.deploy.check.report import Row
+from ascend_pd.deploy.http_calls import Unreachable, call
 from ascend_pd.deploy.layout import EngineRank
 
 IN_SERVICE = ("closed", "half-open")  # breaker states the proxy routes to; "open" and "draining" it does not
