@@ -2,7 +2,8 @@
 its own, three network namespaces on one bridge, in a subnet the cluster file knows nothing of. The deployment is
 rendered with `--node-ip NODE=IP` for every node, each node runs its own launch script in its namespace, and the
 proxy started by launch-proxy.sh must reach the engines, and in push mode tell D where P is, at those addresses,
-not at the cluster file's `host_ip_start` numbering."""
+not at the cluster file's `host_ip_start` numbering. The site's environment names an HTTP proxy, as Ascend hosts
+often do for their package mirrors; nothing of the deployment may send its own traffic there."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ NODES = ["host-00", "host-01", "host-02"]  # P, D, the proxy
 FILE_HOST_IP_START = "198.51.100.1"
 SUBNET = "10.214.41"  # the hosts' own addresses: SUBNET.10, .11, .12; the bridge (this host) SUBNET.1
 PROXY_READY_S = 60.0  # after the engines answer: a few health-check rounds
+# The site's HTTP proxy, in every variable the stack's clients read: an address nothing answers (TEST-NET-1), so a
+# call sent there fails instead of passing.
+SITE_PROXY = "http://192.0.2.1:3128"
+SITE_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+
+def site_environment(env: dict) -> dict:
+    """`env` as a site with an HTTP proxy for everything has it: no `no_proxy` either."""
+    site = {name: value for name, value in env.items() if name.lower() != "no_proxy"}
+    return site | {name: SITE_PROXY for name in SITE_PROXY_VARIABLES}
 
 CLUSTER = {
     "apiVersion": "ascend-pd/v1", "kind": "Cluster", "name": "across-hosts",
@@ -80,7 +91,8 @@ class HostsStack(Stack):
 
     def start(self) -> "HostsStack":
         node_ips = [arg for node, ip in self.address.items() for arg in ("--node-ip", f"{node}={ip}")]
-        env = render_as_an_operator(self.deployment, self.workdir, self.logs, self.render_dir, *node_ips)
+        env = site_environment(render_as_an_operator(self.deployment, self.workdir, self.logs, self.render_dir,
+                                                     *node_ips))
         scripts = [(self.namespace[node], self.render_dir / f"launch-{node}.sh") for node in NODES]
         scripts.append((self.namespace[self.deployment["proxy"]["node"]], self.render_dir / "launch-proxy.sh"))
         for namespace, script in scripts:

@@ -30,8 +30,9 @@ STOP_TIMEOUT_S = 20  # a stop script's SIGTERM, then SIGKILL for what is left af
 STOPPING: list[subprocess.Popen] = []
 
 
-def ascend_pd(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", *args], capture_output=True, text=True)
+def ascend_pd(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "ascend_pd.cli.main", *args], capture_output=True, text=True,
+                            env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"ascend-pd {' '.join(args)} exited {result.returncode}:\n"
                              f"{result.stdout}\n{result.stderr}")

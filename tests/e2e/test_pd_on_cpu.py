@@ -5,6 +5,7 @@ and free it on abort. The GQA cases run across three hosts (hosts.py), the other
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import yaml
 from . import timing
 from .stall import stall_watch
 from .conftest import case_logs, local_deployment
-from .hosts import CLUSTER, HostsStack, bridged_hosts, kv_bytes_per_token, on_hosts
+from .hosts import CLUSTER, HostsStack, bridged_hosts, kv_bytes_per_token, on_hosts, site_environment
 from .stack import (Stack, ascend_pd, assert_prompt_kv_came_from_prefill, http_json, http_text, metric, open_stream,
                     prompt_counts, stream_completion)
 from .workload import (EOS_TOKEN_ID, LONG, completion_body, eos_first_body, eos_first_prompt, fresh_long_prompt,
@@ -109,10 +110,13 @@ def test_outputs_equal_the_colocated_run_token_for_token(pd):
 
 def test_ascend_pd_check_passes_on_the_running_bundle(pd):
     """As an operator runs it: exit 0 (ascend_pd asserts it), and its canary's KV seen on D; twice, since each canary
-    must be a prompt D has not cached. Across hosts, it reaches every engine at the addresses render was given."""
-    table = ascend_pd("check", str(pd.render_dir), "--metrics-wait", "30")
+    must be a prompt D has not cached. Across hosts, it reaches every engine at the addresses render was given, in
+    the site's environment, which names an HTTP proxy."""
+    env = site_environment(dict(os.environ)) if isinstance(pd, HostsStack) else None
+    table = ascend_pd("check", str(pd.render_dir), "--metrics-wait", "30", env=env)
     (pd.logs / "check.txt").write_text(table.stdout)
-    report = json.loads(ascend_pd("check", str(pd.render_dir), "--format", "json", "--metrics-wait", "30").stdout)
+    report = json.loads(ascend_pd("check", str(pd.render_dir), "--format", "json", "--metrics-wait", "30",
+                                  env=env).stdout)
     assert report["kv_from_prefill"]["status"] == "ok", report
     assert report["kv_from_prefill"]["figures"]["decode-0/dp0"]["kv_transfers"] >= 1, report
 
