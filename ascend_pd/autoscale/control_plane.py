@@ -10,7 +10,8 @@ from typing import Callable
 
 import msgspec
 
-from ascend_pd.autoscale.proxy_admin import POLL_SECONDS, StepFailed, TableConflict, http_json, wait_until_idle
+from ascend_pd.autoscale.proxy_admin import (POLL_SECONDS, StepFailed, TableConflict, http_json, listed_backends,
+                                            readable, wait_until_idle)
 from ascend_pd.autoscale.stores import TableStore
 from ascend_pd.deploy.handoff import KVAddress
 from ascend_pd.proxy.backend_table import BackendTable, TableEntry, draining, table_of, with_entry, without
@@ -57,8 +58,9 @@ class ControlPlane:
             answer = self.served_table(replica)
         except StepFailed:
             return None
-        answer.pop("worker_generations", None)
-        return msgspec.convert(answer, BackendTable)
+        if isinstance(answer, dict):
+            answer.pop("worker_generations", None)
+        return readable(answer, BackendTable, f"GET {replica}/admin/table")
 
     def _replica_tables(self) -> list[BackendTable]:
         return [t for t in map(self._replica_table, self.replicas) if t is not None]
@@ -154,7 +156,7 @@ class ControlPlane:
         """Every replica's view of each backend, with requests in flight summed over the replicas."""
         merged: dict[str, dict] = {}
         for replica in self.replicas:
-            for backend in self._call(replica, "GET", "/admin/backends"):
+            for backend in listed_backends(replica, self.token, self.timeout):
                 seen = merged.setdefault(backend["url"], {**backend, "proxy_inflight": 0, "inflight": 0})
                 seen["proxy_inflight"] += backend.get("proxy_inflight", backend["inflight"])
                 seen["inflight"] += backend["inflight"]
@@ -172,7 +174,7 @@ class ControlPlane:
         parts: list[WindowContents] = []
         for replica in self.replicas:
             answer = http_json("GET", replica + WORKLOAD_PARTS, None, self.token, self.timeout)
-            parts += [msgspec.convert(part, WindowContents) for part in answer]
+            parts += readable(answer, list[WindowContents], f"GET {replica}{WORKLOAD_PARTS}")
         if not parts:
             raise StepFailed("no proxy replica to observe")
         return summarise(parts, min(part.window for part in parts), time.time(), [])

@@ -8,6 +8,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import msgspec
+
 from ascend_pd.deploy.handoff import KVAddress, encode
 from ascend_pd.deploy.http_calls import Unreachable, call
 
@@ -51,6 +53,31 @@ def http_json(method: str, url: str, body: dict | None = None, token: str | None
         raise StepFailed(f"{method} {url} answered {answer.status} without JSON") from None
 
 
+def readable(answer: Any, kind: Any, what: str) -> Any:
+    """`answer` (decoded JSON) as `kind`; StepFailed naming `what` was asked when it is of another shape, as from a
+    proxy of another release or a service that is not a proxy."""
+    try:
+        return msgspec.convert(answer, kind)
+    except msgspec.ValidationError as exc:
+        raise StepFailed(f"{what} answered what the autoscaler cannot read ({exc}): is it an ascend-pd proxy of "
+                         f"this release?") from None
+
+
+class Listed(msgspec.Struct):
+    """What the autoscaler reads of one backend in GET /admin/backends (the proxy lists more)."""
+
+    url: str
+    inflight: int
+    proxy_inflight: int | None = None  # this proxy's own requests on it; `inflight` is the engine's whole load
+
+
+def listed_backends(url: str, token: str | None, timeout: float) -> list[dict]:
+    """GET /admin/backends of the proxy at `url`, each backend's listing checked for what the autoscaler reads."""
+    listed = http_json("GET", url + "/admin/backends", None, token, timeout)
+    readable(listed, list[Listed], f"GET {url}/admin/backends")
+    return listed
+
+
 def healthy(url: str, timeout: float) -> bool:
     """Whether the engine at `url` answers GET /health with 200 within `timeout`."""
     try:
@@ -85,7 +112,7 @@ class ProxyAdmin:
         self._call("POST", "/admin/backends/remove", {"url": url})
 
     def backends(self) -> dict[str, dict]:
-        return {b["url"]: b for b in self._call("GET", "/admin/backends")}
+        return {b["url"]: b for b in listed_backends(self.url, self.token, self.timeout)}
 
     def wait_idle(self, urls: list[str], seconds: float) -> None:
         """Until the proxy has no request in flight on any of `urls` (every worker's count); StepFailed after
