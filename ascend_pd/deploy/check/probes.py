@@ -38,7 +38,7 @@ def check_proxy(node: str, url: str, timeout: float, admin_token: str | None) ->
     if not isinstance(backends, list):
         return Row(name, "proxy", address, "ok", "-", f"{mode}; backends not shown (no admin token)", True), None
     view = ProxyView(name, {b["url"]: (b.get("role", "?"), b.get("state", "?")) for b in backends
-                            if isinstance(b, dict) and "url" in b})
+                            if isinstance(b, dict) and isinstance(b.get("url"), str)})
     serving = sum(state in IN_SERVICE for _, state in view.backends.values())
     return Row(name, "proxy", address, "ok", "-", f"{mode}; {serving} of {len(view.backends)} backends in service",
                True), view
@@ -71,7 +71,8 @@ def _model_problem(url: str, model: str, timeout: float) -> str | None:
     body = answer.json()
     if answer.status != 200 or not isinstance(body, dict):
         return f"/v1/models answered {answer.status}"
-    served = [m.get("id") for m in body.get("data") or [] if isinstance(m, dict)]
+    data = body.get("data")
+    served = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
     return None if model in served else f"serves {', '.join(map(str, served)) or 'no model'}, not {model}"
 
 
