@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from ascend_pd.autoscale.engine_kv import held_requests, wait_kv_released
 from ascend_pd.autoscale.proxy_admin import StepFailed
+from tests.fakes.threaded_http import Server, send
 
 VLLM_PAGE = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -42,44 +42,29 @@ class Engines:
         self.pages = {}
         self.versions = {}  # name -> vLLM version GET /version gives (0.32.0 when not named)
         self.started = time.monotonic()
-        engines = self
+        self.http = Server(self._answer)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                name, _, rest = self.path.strip("/").partition("/")
-                if rest not in ("metrics", "version") or name not in engines.pages:
-                    self.send_error(404)
-                    return
-                page = engines.pages[name](time.monotonic() - engines.started)
-                if rest == "version" and page is not None:
-                    page = json.dumps({"version": engines.versions.get(name, "0.32.0")})
-                if page is None:
-                    self.send_error(500)
-                    return
-                body = page.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        # a short poll: shutdown() waits for the serving loop's next look, half a second by default
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        name, _, rest = handler.path.strip("/").partition("/")
+        if rest not in ("metrics", "version") or name not in self.pages:
+            handler.send_error(404)
+            return
+        page = self.pages[name](time.monotonic() - self.started)
+        if rest == "version" and page is not None:
+            page = json.dumps({"version": self.versions.get(name, "0.32.0")})
+        if page is None:
+            handler.send_error(500)
+            return
+        send(handler, 200, page.encode(), "text/plain; version=0.0.4")
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_port}/{name}"
+        return f"{self.http.url}/{name}"
 
     def restart(self) -> None:
         self.started = time.monotonic()
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
 
 
 def releasing(after: float):
